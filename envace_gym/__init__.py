@@ -1,0 +1,10 @@
+"""envace-gym: LLM tool-use tasks as Gymnasium envs with real or rehearsed dynamics."""
+
+from envace_gym.env import DYNAMICS, EnvACEEnv
+from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.registration import ENV_IDS, register_all
+
+register_all()
+
+__all__ = ["DYNAMICS", "ENV_IDS", "EnvACEEnv", "ErrorCode", "ToolError"]
+__version__ = "0.1.0"

@@ -1,0 +1,17 @@
+"""The agent interface: observation in, action text out, for either role."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+
+class Agent(ABC):
+    """Maps an observation (``obs["role"]`` is ``act`` or ``rehearse``) to action text."""
+
+    name = "agent"
+
+    @abstractmethod
+    def act(self, obs: dict) -> str: ...
+
+    def act_batch(self, observations: list[dict]) -> list[str]:
+        return [self.act(obs) for obs in observations]

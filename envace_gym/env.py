@@ -1,0 +1,277 @@
+"""The Gymnasium environment whose step switches between real tools and rehearsal."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import deque
+from typing import Any
+
+import gymnasium as gym
+
+from envace_gym.errors import ErrorCode, ToolError, error_code_of
+from envace_gym.fidelity import fidelity
+from envace_gym.messages import ToolCall, assistant_message, parse_act, parse_rehearsal, tool_message
+from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward
+from envace_gym.spaces import ActionSpace, ObservationSpace
+from envace_gym.suite import CallRecord, Episode, Response, Suite, User, recording_key
+
+DYNAMICS = ("real", "rehearsed", "simulated", "replay", "mixed", "shadow")
+
+
+class EnvACEEnv(gym.Env):
+    """A tool-use task as a Gymnasium env with swappable dynamics.
+
+    Observations are chat prompts (see :class:`~envace_gym.spaces.ObservationSpace`);
+    actions are model text. On an ``act`` turn the action is the assistant's
+    message; its tool calls are validated, then answered by the world (``real``),
+    by the agent itself on following ``rehearse`` turns (``rehearsed``, ``shadow``),
+    by a frozen ``simulator`` agent (``simulated``), by recorded responses
+    (``replay``: ``recordings=`` or the task's gold run), or by a coin with
+    ``p_real`` (``mixed``). The reward is terminal; ``info["reward_source"]`` names it.
+
+    Example::
+
+        >>> import gymnasium as gym, envace_gym
+        >>> env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed")
+        >>> obs, info = env.reset(seed=0, options={"task_id": "5"})
+        >>> obs["role"]
+        'act'
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, suite: Suite, split: str | None = None, task_ids: list | None = None,
+                 dynamics: str = "real", reward: str | RewardFn | None = None,
+                 user: str | User = "scripted", user_kwargs: dict | None = None,
+                 max_turns: int = 50, p_real: float = 0.5, simulator: Any = None,
+                 recordings: list[dict] | None = None, render_mode: str | None = None):
+        self.suite = suite
+        self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
+        if not self.task_ids:
+            raise ValueError(f"no tasks selected in {suite.name} (split={split!r})")
+        for task_id in self.task_ids:
+            suite.task(task_id)  # fail early on unknown ids
+        self._check_dynamics(dynamics, simulator)
+        if reward is not None:
+            check_reward(reward, dynamics)
+        if not 0.0 <= p_real <= 1.0:
+            raise ValueError(f"p_real must be in [0, 1], got {p_real}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.dynamics, self.reward, self.user = dynamics, reward, user
+        self.user_kwargs = user_kwargs or {}
+        self.max_turns, self.p_real, self.simulator = max_turns, p_real, simulator
+        self.recordings = recordings
+        self.render_mode = render_mode
+        self.observation_space = ObservationSpace()
+        self.action_space = ActionSpace(suite.tools(suite.task(self.task_ids[0])))
+        self.episode: Episode | None = None
+
+    # public API ----------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        dynamics = options.get("dynamics", self.dynamics)
+        self._check_dynamics(dynamics, self.simulator)
+        self._reward = self.reward if self.reward is not None else DEFAULT_REWARD[dynamics]
+        check_reward(self._reward, dynamics)
+        task_id = options.get("task_id")
+        if task_id is None:
+            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        task = self.suite.task(str(task_id))
+        self.tools = self.suite.tools(task)
+        self.action_space.tools, self.action_space.role = self.tools, "act"
+        world = self.suite.new_world(task)
+        self._user = self.suite.make_user(self.user, task, seed=int(self.np_random.integers(2**31)),
+                                          **self.user_kwargs)
+        self.episode = Episode(self.suite, task, world, dynamics)
+        self.episode.messages = [{"role": "system", "content": self.suite.system_prompt(task)},
+                                 *self.suite.opening_messages(task)]
+        self._pending: deque[tuple[ToolCall, str]] = deque()  # calls and who answers each
+        self._turn, self._transferred, self._error = 0, False, None
+        self._replay_table = self._recording_table(task) if dynamics == "replay" else None
+        self.episode.messages.append({"role": "user", "content": self._user.opening(world)})
+        return self._obs(), self._info([])
+
+    def step(self, action: Any):
+        ep = self.episode
+        if ep is None or ep.ended_by is not None:
+            raise RuntimeError("the episode has ended (or never began): call reset()")
+        records: list[CallRecord] = []
+        if self._pending:
+            self._rehearse(action, records)
+        else:
+            self._act(action, records)
+        self._advance(records)
+        if ep.ended_by is None and not self._pending:
+            if self._transferred:
+                ep.ended_by = "transfer"
+            elif self._turn >= self.max_turns:
+                ep.ended_by = "max_turns"
+        reward, terminated, truncated = 0.0, False, False
+        info = self._info(records)
+        if self._error is not None:
+            info["error"] = self._error
+        if ep.ended_by is not None:
+            truncated = ep.truncated
+            terminated = not truncated
+            reward, info["reward_source"], info["reward_info"] = compute_reward(self._reward, ep)
+            info["ended_by"] = ep.ended_by
+        return self._obs(), reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.episode is None:
+            return None
+        lines = []
+        for m in self.episode.messages:
+            text = m.get("content") or ""
+            calls = "".join(f"\n  -> {c['function']['name']}({json.dumps(c['function']['arguments'])})"
+                            for c in m.get("tool_calls", []))
+            lines.append(f"[{m['role']}] {text}{calls}")
+        return "\n".join(lines)
+
+    def fork(self, dynamics: str | None = None) -> EnvACEEnv:
+        """A new env holding a copy of this episode that shares no mutable state with it."""
+        if self.episode is None:
+            raise RuntimeError("fork() needs a started episode: call reset() first")
+        clone = copy.copy(self)
+        ep = self.episode
+        clone.episode = Episode(ep.suite, ep.task, ep.world.fork(), dynamics or ep.dynamics,
+                                list(ep.messages), [copy.copy(c) for c in ep.calls], ep.ended_by)
+        clone._pending = deque(self._pending)
+        clone._user = copy.deepcopy(self._user)
+        clone.action_space = copy.deepcopy(self.action_space)
+        clone._np_random = copy.deepcopy(self.np_random)
+        if dynamics is not None:
+            self._check_dynamics(dynamics, self.simulator)
+            clone._reward = self.reward if self.reward is not None else DEFAULT_REWARD[dynamics]
+            check_reward(clone._reward, dynamics)
+            clone._replay_table = self._recording_table(ep.task) if dynamics == "replay" else None
+        return clone
+
+    def real_response(self, name: str, arguments: dict) -> Response:
+        """What the real world would answer now (used by the oracle's perfect rehearsals).
+
+        Computed on a fresh world that replays the episode's calls, so the
+        episode's own world is never touched.
+        """
+        return self.episode.replayed_world().execute(name, arguments)
+
+    @property
+    def role(self) -> str:
+        return "rehearse" if self._pending else "act"
+
+    # turn logic ------------------------------------------------------------
+    def _act(self, action: Any, records: list[CallRecord]) -> None:
+        ep = self.episode
+        self._turn += 1
+        text, calls = parse_act(action, id_prefix=f"call_{self._turn}")
+        ep.messages.append(assistant_message(text, calls))
+        if calls:
+            self._pending.extend((call, self._source()) for call in calls)
+            return
+        reply = self._guarded(self._user.reply, text, ep.world)
+        if reply is None:
+            return
+        for record in reply.calls:
+            record.position = len(ep.messages)
+        ep.calls.extend(reply.calls)
+        ep.messages.append({"role": "user", "content": reply.text})
+        if reply.stop:
+            ep.ended_by = "user_stop"
+
+    def _guarded(self, fn, *args):
+        """Call a user or simulator; a failure (a dead server, say) ends the episode, state intact."""
+        try:
+            return fn(*args)
+        except Exception as e:
+            self.episode.ended_by, self._error = "error", f"{type(e).__name__}: {e}"
+            return None
+
+    def _advance(self, records: list[CallRecord]) -> None:
+        """Answer pending calls until one needs a rehearse turn by the acting agent."""
+        while self._pending and self.episode.ended_by is None:
+            call, source = self._pending[0]
+            error = self.tools.check(call)
+            if error is not None:
+                self._answer(call, "rejected", error.content(), records)
+            elif source == "rehearse":
+                self.action_space.role = "rehearse"
+                return
+            elif source == "real":
+                response = self.episode.world.execute(call.name, call.arguments)
+                self._answer(call, "real", response.content, records, native=response.native)
+            elif source == "replay":
+                self._answer(call, "replay", self._replayed(call), records)
+            else:
+                text = self._guarded(self.simulator.act, self._obs())
+                if text is None:
+                    return
+                value, error = parse_rehearsal(text)
+                self._answer(call, "simulated", error.content() if error else json.dumps(value), records)
+        self.action_space.role = "act"
+
+    def _source(self) -> str:
+        """Who answers the next call under this episode's dynamics (``mixed`` draws per call)."""
+        dynamics = self.episode.dynamics
+        if dynamics == "mixed":
+            return "real" if self.np_random.random() < self.p_real else "rehearse"
+        return {"real": "real", "replay": "replay", "simulated": "simulated"}.get(dynamics, "rehearse")
+
+    def _rehearse(self, action: Any, records: list[CallRecord]) -> None:
+        call, _ = self._pending[0]
+        value, error = parse_rehearsal(action)
+        rehearsed = error.content() if error else json.dumps(value)
+        if self.episode.dynamics != "shadow":
+            self._answer(call, "rehearsed", rehearsed, records)
+            return
+        response = self.episode.world.execute(call.name, call.arguments)
+        self._answer(call, "real", response.content, records, native=response.native,
+                     rehearsed=rehearsed, fidelity=fidelity(response.content, rehearsed))
+
+    def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord],
+                **extra: Any) -> None:
+        self._pending.popleft()
+        record = CallRecord(call.id, call.name, call.arguments, "assistant", source, content,
+                            error_code_of(json.loads(content)), position=len(self.episode.messages),
+                            **extra)
+        self.episode.calls.append(record)
+        self.episode.messages.append(tool_message(call, content))
+        records.append(record)
+        if call.name == self.suite.transfer_tool and source != "rejected":
+            self._transferred = True
+
+    def _replayed(self, call: ToolCall) -> str:
+        answers = self._replay_table.get(recording_key(call.name, call.arguments))
+        if not answers:
+            return ToolError(ErrorCode.NO_RECORDING,
+                             f"no recorded response for {call.name} with these arguments").content()
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    def _recording_table(self, task) -> dict:
+        if self.recordings is None:
+            table = self.suite.recordings(task)
+        else:
+            table = {}
+            for r in self.recordings:
+                table.setdefault(recording_key(r["name"], r["arguments"]), []).append(r["response"])
+        return {k: list(v) for k, v in table.items()}
+
+    # observations ----------------------------------------------------------
+    def _obs(self) -> dict:
+        call = self._pending[0][0] if self._pending else None
+        return {"role": "rehearse" if call else "act", "messages": list(self.episode.messages),
+                "tools": self.tools.schemas,
+                "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments} if call else None}
+
+    def _info(self, records: list[CallRecord]) -> dict:
+        return {"role": self.role, "dynamics": self.episode.dynamics, "task_id": self.episode.task.id,
+                "turn": self._turn, "tool_calls": [r.info() for r in records]}
+
+    @staticmethod
+    def _check_dynamics(dynamics: str, simulator: Any) -> None:
+        if dynamics not in DYNAMICS:
+            raise ValueError(f"unknown dynamics {dynamics!r}; choose from {DYNAMICS}")
+        if dynamics == "simulated" and simulator is None:
+            raise ValueError("dynamics='simulated' needs a simulator= agent to answer tool calls")

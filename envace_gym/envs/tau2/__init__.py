@@ -1,0 +1,18 @@
+"""The tau2-bench suites: ``EnvACE/tau2-{retail,airline,telecom,mock}-v0``."""
+
+from __future__ import annotations
+
+from envace_gym.env import EnvACEEnv
+from envace_gym.envs.tau2.suite import DOMAINS, Tau2Suite, Tau2World, get_suite
+
+DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock": "base"}
+
+
+def make_env(domain: str, split: str | None = "default", **kwargs) -> EnvACEEnv:
+    """The env of one tau2 domain; ``split`` is a tau2 split name (``train``, ``test``, ``base``)."""
+    if split == "default":
+        split = DEFAULT_SPLIT[domain]
+    return EnvACEEnv(get_suite(domain), split=split, **kwargs)
+
+
+__all__ = ["DOMAINS", "Tau2Suite", "Tau2World", "get_suite", "make_env"]

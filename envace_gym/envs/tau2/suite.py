@@ -1,0 +1,305 @@
+"""tau2-bench domains (retail, airline, telecom, mock) as an envace-gym suite.
+
+The tool code and database models are tau2's own. What differs from tau2's path
+is how state is held: each domain's database is loaded and validated once per
+process, every episode's world is a copy-on-write view of it
+(:mod:`envace_gym.state`), and each task's initial and gold worlds are built
+once and cached, so a reset is a fork and a score is a diff of touched items.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+from functools import cache
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from loguru import logger  # noqa: E402
+
+# tau2 logs every tool response at DEBUG level and warns about a missing .env file.
+logger.disable("tau2")
+
+from tau2.data_model.message import ToolCall as Tau2ToolCall  # noqa: E402
+from tau2.data_model.tasks import RewardType, Task as Tau2Task  # noqa: E402
+from tau2.environment.environment import Environment  # noqa: E402
+from tau2.environment.toolkit import ToolKitBase  # noqa: E402
+from tau2.utils import load_file  # noqa: E402
+from tau2.utils.pydantic_utils import update_pydantic_model_with_dict  # noqa: E402
+from tau2.utils.utils import DATA_DIR  # noqa: E402
+
+from envace_gym.errors import ErrorCode, ToolError  # noqa: E402
+from envace_gym.messages import format_tool_call  # noqa: E402
+from envace_gym.state import cow_model, fork_model, model_diff  # noqa: E402
+from envace_gym.suite import Episode, Response, Suite, Task, User, World  # noqa: E402
+from envace_gym.tools import ToolSet  # noqa: E402
+
+DOMAINS = ("retail", "airline", "telecom", "mock")
+GREETING = "Hi! How can I help you today?"
+AGENT_STOP = "###STOP###"
+AGENT_INSTRUCTION = (
+    "You are a customer service agent that helps the user according to the <policy> provided below.\n"
+    "In each turn you can either:\n- Send a message to the user.\n- Make a tool call.\n"
+    "You cannot do both at the same time.\n\n"
+    "Try to be helpful and always follow the policy. Always make sure you generate valid JSON only."
+)
+
+
+def _clone_toolkit(toolkit: ToolKitBase, db) -> ToolKitBase:
+    """A toolkit of the same class on ``db``, its other state (id counters) copied."""
+    clone = copy.copy(toolkit)
+    for name, value in vars(toolkit).items():
+        setattr(clone, name, db if name == "db" else copy.deepcopy(value))
+    return clone
+
+
+def as_container(native: Any) -> Any:
+    """A tau2 result as a JSON object or array: JSON text is parsed, scalars are wrapped."""
+    if isinstance(native, str):
+        try:
+            value = json.loads(native)
+        except ValueError:
+            return {"result": native}
+        return value if isinstance(value, (dict, list)) else {"result": native}
+    return {"result": native}
+
+
+class Tau2World(World):
+    """A tau2 ``Environment`` running tau2's tools on a copy-on-write database."""
+
+    def __init__(self, env: Environment):
+        self.env = env
+
+    def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
+        try:
+            result = self.env.make_tool_call(name, requestor=requestor, **arguments)
+            self.env.sync_tools()
+            native = Environment.to_json_str(result)
+        except Exception as e:  # tau2 tools signal failures with exceptions
+            return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, str(e)), native=f"Error: {e}")
+        return Response(value=as_container(native), native=native)
+
+    def fork(self) -> Tau2World:
+        env = copy.copy(self.env)
+        for attr in ("tools", "user_tools"):
+            toolkit = getattr(self.env, attr)
+            if toolkit is not None:
+                setattr(env, attr, _clone_toolkit(toolkit, fork_model(toolkit.db)))
+        return Tau2World(env)
+
+
+class Tau2Suite(Suite):
+    """One tau2 domain. Build it with :func:`get_suite`, which shares one per process."""
+
+    transfer_tool = "transfer_to_human_agents"
+
+    def __init__(self, domain: str):
+        if domain not in DOMAINS:
+            raise ValueError(f"unknown tau2 domain {domain!r}; choose from {DOMAINS}")
+        self.domain = self.name = domain
+        module = importlib.import_module(f"tau2.domains.{domain}.environment")
+        self._template: Environment = module.get_environment()
+        root = DATA_DIR / "tau2" / "domains" / domain
+        raw = load_file(root / "tasks.json")
+        raw = raw["tasks"] if isinstance(raw, dict) else raw
+        self._raw_tasks = {t["id"]: t for t in raw}
+        self._splits: dict[str, list[str]] = load_file(root / "split_tasks.json")
+        self._tasks: dict[str, Task] = {}
+        self._initial: dict[str, Tau2World] = {}
+        self._gold: dict[str, Tau2World] = {}
+        self._toolset = ToolSet([t.openai_schema for t in self._template.get_tools()])
+        self.user_toolset = (ToolSet([t.openai_schema for t in self._template.get_user_tools()])
+                             if self._template.user_tools is not None else None)
+        self._system_prompt = (f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n"
+                               f"<policy>\n{self._template.get_policy()}\n</policy>")
+
+    # tasks ---------------------------------------------------------------
+    def task_ids(self, split: str | None) -> list[str]:
+        if split is None:
+            return list(self._raw_tasks)
+        if split not in self._splits:
+            raise ValueError(f"tau2 {self.domain} has no split {split!r}; "
+                             f"splits: {sorted(self._splits)}")
+        return list(self._splits[split])
+
+    def task(self, task_id: str) -> Task:
+        if task_id not in self._tasks:
+            if task_id not in self._raw_tasks:
+                raise KeyError(f"tau2 {self.domain} has no task {task_id!r}")
+            self._tasks[task_id] = Task(task_id, Tau2Task.model_validate(self._raw_tasks[task_id]))
+        return self._tasks[task_id]
+
+    def tools(self, task: Task) -> ToolSet:
+        return self._toolset
+
+    def system_prompt(self, task: Task) -> str:
+        return self._system_prompt
+
+    # worlds --------------------------------------------------------------
+    def new_world(self, task: Task) -> Tau2World:
+        if task.id not in self._initial:
+            self._initial[task.id] = self._build_initial(task.data)
+        return self._initial[task.id].fork()
+
+    def _build_initial(self, task: Tau2Task) -> Tau2World:
+        env = copy.copy(self._template)
+        state = task.initial_state
+        data = state.initialization_data if state else None
+        for attr, update in (("tools", data and data.agent_data), ("user_tools", data and data.user_data)):
+            toolkit = getattr(self._template, attr)
+            if toolkit is None:
+                continue
+            db = update_pydantic_model_with_dict(toolkit.db, update) if update else toolkit.db
+            setattr(env, attr, _clone_toolkit(toolkit, cow_model(db)))
+        world = Tau2World(env)
+        if state and state.initialization_actions:
+            for action in state.initialization_actions:
+                env.run_env_function_call(action)
+        for call, _ in self._history_calls(task):
+            world.execute(call.name, call.arguments, call.requestor)
+        env.sync_tools()
+        return world
+
+    @staticmethod
+    def _history_calls(task: Tau2Task):
+        history = (task.initial_state.message_history if task.initial_state else None) or []
+        results = {m.id: m for m in history if m.role == "tool"}
+        for m in history:
+            for call in (getattr(m, "tool_calls", None) or []) if m.role != "tool" else []:
+                yield call, results.get(call.id)
+
+    def gold_world(self, task: Task) -> Tau2World:
+        """The task's initial world after its gold actions, computed once (tau2's rules)."""
+        if task.id not in self._gold:
+            world = self.new_world(task)
+            for action in self.gold_actions(task):
+                try:  # some gold actions fail by design (a lookup that finds nobody)
+                    world.env.make_tool_call(action.name, requestor=action.requestor, **action.arguments)
+                except Exception:
+                    pass
+            self._gold[task.id] = world
+        return self._gold[task.id]
+
+    def opening_messages(self, task: Task) -> list[dict]:
+        out = [{"role": "assistant", "content": GREETING}]
+        history = (task.data.initial_state.message_history if task.data.initial_state else None) or []
+        for m in history:
+            if m.role == "tool":
+                out.append({"role": "tool", "tool_call_id": m.id, "content": m.content})
+            else:
+                msg = {"role": m.role, "content": m.content or ""}
+                if getattr(m, "tool_calls", None):
+                    msg["tool_calls"] = [{"id": c.id, "type": "function",
+                                          "function": {"name": c.name, "arguments": c.arguments}}
+                                         for c in m.tool_calls]
+                out.append(msg)
+        return out
+
+    def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User:
+        from envace_gym.envs.tau2.users import LLMUser, ScriptedUser
+
+        if isinstance(kind, User):
+            return kind
+        if kind == "scripted":
+            return ScriptedUser(self, task, **kwargs)
+        if kind == "llm":
+            return LLMUser(self, task, seed=seed, **kwargs)
+        raise ValueError(f"unknown user {kind!r}; use 'scripted', 'llm' or a User object")
+
+    # evaluation ----------------------------------------------------------
+    def gold_actions(self, task: Task):
+        criteria = task.data.evaluation_criteria
+        return (criteria.actions or []) if criteria else []
+
+    def gold_calls(self, task: Task) -> list[dict]:
+        return [{"name": a.name, "arguments": a.arguments, "requestor": a.requestor}
+                for a in self.gold_actions(task)]
+
+    def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
+        predicted = [Tau2ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor=c.requestor)
+                     for c in episode.calls if c.ran]
+        checks = [{"action": a.name, "arguments": a.arguments,
+                   "met": any(a.compare_with_tool_call(p) for p in predicted)}
+                  for a in self.gold_actions(task)]
+        reward = 1.0 if all(c["met"] for c in checks) else 0.0
+        return reward, {"action": reward, "action_checks": checks}
+
+    def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
+        criteria = task.data.evaluation_criteria
+        if criteria is None:
+            return 1.0, {"note": "no evaluation criteria"}
+        basis = set(criteria.reward_basis)
+        reward, info = 1.0, {"reward_basis": sorted(b.value for b in basis)}
+        if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
+            db_reward, assertion_reward = self._env_checks(task, world, info)
+            if RewardType.DB in basis:
+                reward *= db_reward
+            if RewardType.ENV_ASSERTION in basis:
+                reward *= assertion_reward
+        if RewardType.ACTION in basis:
+            action_reward, action_info = self.score_actions(task, episode)
+            info.update(action_info)
+            reward *= action_reward
+        if RewardType.COMMUNICATE in basis:
+            texts = [m["content"].lower().replace(",", "") for m in episode.messages
+                     if m["role"] == "assistant" and m.get("content")]
+            checks = [{"info": s, "met": any(s.lower() in t for t in texts)}
+                      for s in criteria.communicate_info or []]
+            info["communicate"] = 1.0 if all(c["met"] for c in checks) else 0.0
+            info["communicate_checks"] = checks
+            reward *= info["communicate"]
+        if RewardType.NL_ASSERTION in basis:
+            info["note"] = "NL assertions need an LLM judge and are not part of this reward"
+        return reward, info
+
+    def _env_checks(self, task: Task, world: World, info: dict) -> tuple[float, float]:
+        criteria = task.data.evaluation_criteria
+        if criteria.actions is None and criteria.env_assertions is None:
+            info.update(db=1.0, db_diff=[])
+            return 1.0, 1.0
+        gold = self.gold_world(task).env
+        diff = model_diff(world.env.tools.db, gold.tools.db)
+        if gold.user_tools is not None:
+            diff += [f"user.{d}" for d in model_diff(world.env.user_tools.db, gold.user_tools.db)]
+        db_reward = 0.0 if diff else 1.0
+        probe = world.fork().env  # assertions may sync tools: keep the episode's world as it was
+        checks = []
+        for assertion in criteria.env_assertions or []:
+            try:
+                met = probe.run_env_assertion(assertion, raise_assertion_error=False)
+            except Exception as e:
+                met, assertion = False, assertion.model_copy(update={"message": str(e)})
+            checks.append({"func_name": assertion.func_name, "arguments": assertion.arguments, "met": met})
+        assertion_reward = 1.0 if all(c["met"] for c in checks) else 0.0
+        info.update(db=db_reward, db_diff=diff[:20], env_assertion=assertion_reward, env_assertions=checks)
+        return db_reward, assertion_reward
+
+    # oracle --------------------------------------------------------------
+    def communicate_info(self, task: Task) -> list[str]:
+        criteria = task.data.evaluation_criteria
+        return list(criteria.communicate_info or []) if criteria else []
+
+    def oracle_plan(self, task: Task) -> list[Any]:
+        plan: list[Any] = []
+        for a in self.gold_actions(task):
+            if a.requestor == "assistant":
+                plan.append(format_tool_call(a.name, a.arguments))
+            else:
+                plan.append(f"Please do this on your phone: {a.name} with arguments "
+                            f"{json.dumps(a.arguments)}.")
+        info = self.communicate_info(task)
+        summary = ("To sum up: " + "; ".join(info) + ".") if info else "Your request is complete."
+        if plan and self.gold_actions(task)[-1].name == self.transfer_tool:
+            plan.insert(len(plan) - 1, summary)
+        else:
+            plan.append(f"{summary} {AGENT_STOP}")
+        return plan
+
+
+@cache
+def get_suite(domain: str) -> Tau2Suite:
+    """The process-wide suite of one tau2 domain (its database is loaded once)."""
+    return Tau2Suite(domain)

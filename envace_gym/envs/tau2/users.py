@@ -1,0 +1,148 @@
+"""tau2 users: a deterministic scripted user and an LLM user on any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tau2.utils.utils import DATA_DIR
+
+from envace_gym.endpoint import ChatEndpoint
+from envace_gym.messages import ToolCall, assistant_message, tool_message
+from envace_gym.suite import CallRecord, Task, User, UserReply, World
+
+USER_STOP, USER_TRANSFER, USER_OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+GUIDELINES_DIR = DATA_DIR / "tau2" / "user_simulator"
+CONFIRM_RE = re.compile(r"\b(confirm|proceed|go ahead|would you like|shall i|do you want|yes or no|\(yes\))\b", re.I)
+IDENTITY_RE = re.compile(r"\b(email|name|zip|user ?id|phone|verify|authenticat|identif|order id|"
+                         r"reservation|account)\b", re.I)
+
+
+def _instruction_parts(task: Task) -> tuple[str, str]:
+    instructions = task.data.user_scenario.instructions
+    if isinstance(instructions, str):
+        return instructions, ""
+    return instructions.reason_for_call or "", instructions.known_info or ""
+
+
+def _run_user_call(world: World, call_id: str, name: str, arguments: dict) -> CallRecord:
+    response = world.execute(name, arguments, requestor="user")
+    return CallRecord(call_id, name, arguments, "user", "real", response.content,
+                      response.error and str(response.error.code), response.native)
+
+
+class ScriptedUser(User):
+    """A deterministic user built from the task's scenario.
+
+    It opens with the reason for the call and the known info, answers identity
+    questions with the known info and confirmation questions with yes, performs
+    the task's user-side actions (telecom) when the agent names them, and ends
+    with tau2's stop token when the agent says it is done (``###STOP###``) or
+    after ``max_turns`` replies.
+    """
+
+    def __init__(self, suite, task: Task, max_turns: int = 30):
+        self.reason, self.known = _instruction_parts(task)
+        self.tools = suite.user_toolset
+        self.pending = [c for c in suite.gold_calls(task) if c["requestor"] == "user"]
+        self.max_turns, self.turns = max_turns, 0
+
+    def opening(self, world: World) -> str:
+        return " ".join(p for p in (self.reason, self.known) if p).strip() or "I need some help."
+
+    def reply(self, agent_text: str, world: World) -> UserReply:
+        self.turns += 1
+        if USER_STOP in agent_text or self.turns > self.max_turns:
+            return UserReply(f"Thank you, that is all. {USER_STOP}", stop=True)
+        calls = self._requested_calls(agent_text, world)
+        if calls:
+            done = "; ".join(f"{c.name} returned {c.content}" for c in calls)
+            return UserReply(f"I did that on my phone: {done}", calls=calls)
+        if CONFIRM_RE.search(agent_text):
+            return UserReply("Yes, please go ahead.")
+        if IDENTITY_RE.search(agent_text) and self.known:
+            return UserReply(self.known)
+        return UserReply("Okay. Is there anything else you need from me?")
+
+    def _requested_calls(self, text: str, world: World) -> list[CallRecord]:
+        if self.tools is None:
+            return []
+        records = []
+        for name in self._mentioned(text.lower()):
+            gold = next((c for c in self.pending if c["name"] == name), None)
+            if gold is not None:
+                self.pending.remove(gold)
+                arguments = gold["arguments"]
+            elif not self.tools.by_name[name].get("required"):
+                arguments = {}
+            else:
+                continue
+            records.append(_run_user_call(world, f"user_call_{self.turns}_{len(records)}", name, arguments))
+        return records
+
+    def _mentioned(self, text: str) -> list[str]:
+        """User tool names in ``text`` (as ``a_b`` or ``a b``), in order; the longest name wins an overlap."""
+        spans = []
+        for name in self.tools.names:
+            for form in {name, name.replace("_", " ")}:
+                spans += [(m.start(), m.end(), name)
+                          for m in re.finditer(rf"(?<![\w]){re.escape(form)}(?![\w])", text)]
+        kept: list[tuple[int, int, str]] = []
+        for start, end, name in sorted(spans, key=lambda s: s[0] - s[1]):
+            if all(end <= s or start >= e for s, e, _ in kept):
+                kept.append((start, end, name))
+        return [name for _, _, name in sorted(kept)]
+
+
+class LLMUser(User):
+    """tau2's user simulation (its guidelines and scenario prompt) through an OpenAI-compatible server.
+
+    In telecom the user model gets the phone's user tools; its calls are
+    validated against their schemas and executed on the world, as in tau2.
+    """
+
+    def __init__(self, suite, task: Task, base_url: str, model: str, api_key: str = "EMPTY",
+                 timeout: float = 60.0, max_retries: int = 3, temperature: float = 0.0,
+                 seed: int | None = None, max_tool_rounds: int = 10):
+        self.endpoint = ChatEndpoint(base_url, model, api_key, timeout, max_retries)
+        self.tools = suite.user_toolset
+        guidelines = (GUIDELINES_DIR / ("simulation_guidelines_tools.md" if self.tools
+                                        else "simulation_guidelines.md")).read_text()
+        system = f"{guidelines}\n\n<scenario>\n{task.data.user_scenario}\n</scenario>"
+        self.history = [{"role": "system", "content": system}]
+        self.sampling = {"temperature": temperature}
+        if seed is not None:
+            self.sampling["seed"] = seed
+        self.max_tool_rounds, self.turns = max_tool_rounds, 0
+
+    def opening(self, world: World) -> str:
+        from envace_gym.envs.tau2.suite import GREETING
+
+        return self.reply(GREETING, world).text
+
+    def reply(self, agent_text: str, world: World) -> UserReply:
+        self.history.append({"role": "user", "content": agent_text})
+        records: list[CallRecord] = []
+        extra = {"tools": self.tools.schemas} if self.tools else {}
+        for _ in range(self.max_tool_rounds):
+            self.turns += 1
+            message = self.endpoint.chat(self.history, **self.sampling, **extra)
+            calls = [ToolCall(c.id, c.function.name, {}) for c in message.tool_calls or []]
+            for call, raw in zip(calls, message.tool_calls or []):
+                try:
+                    call.arguments = json.loads(raw.function.arguments or "{}")
+                except ValueError:
+                    call.arguments = {"__unparsed__": raw.function.arguments}
+            text = message.content or ""
+            self.history.append(assistant_message(text, calls))
+            if not calls:
+                stop = any(t in text for t in (USER_STOP, USER_TRANSFER, USER_OUT_OF_SCOPE))
+                return UserReply(text, stop=stop, calls=records)
+            for call in calls:
+                error = self.tools.check(call)
+                record = (CallRecord(call.id, call.name, call.arguments, "user", "rejected",
+                                     error.content(), str(error.code)) if error
+                          else _run_user_call(world, call.id, call.name, call.arguments))
+                records.append(record)
+                self.history.append(tool_message(call, record.content))
+        return UserReply(text or "...", calls=records)

@@ -1,0 +1,162 @@
+"""Parsing model text into tool calls and tool responses, and building chat messages.
+
+Model output is data: it is parsed with ``json`` and nothing else, and every
+failure becomes a :class:`~envace_gym.errors.ToolError` instead of an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace_gym.errors import ErrorCode, ToolError
+
+TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+RESPONSE_TAG_RE = re.compile(
+    r"^\s*<(tool_response|execution_result)>(.*?)</\1>\s*$", re.DOTALL
+)
+MAX_JSON_DEPTH = 64
+MAX_RESPONSE_CHARS = 256 * 1024
+
+
+@dataclass
+class ToolCall:
+    """One tool call as the agent wrote it; ``error`` is set when it cannot run."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    error: ToolError | None = None
+
+    def as_openai(self) -> dict:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value, computed without recursion."""
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        item, d = stack.pop()
+        if isinstance(item, (dict, list)):
+            depth = max(depth, d)
+            if d > MAX_JSON_DEPTH:
+                return d
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, d + 1) for child in children)
+    return depth
+
+
+def loads_bounded(text: str) -> Any:
+    """``json.loads`` that also rejects values nested deeper than ``MAX_JSON_DEPTH``."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _call_from_obj(obj: Any, call_id: str) -> ToolCall:
+    if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
+        obj = obj["function"]  # OpenAI structured form
+    if not isinstance(obj, dict):
+        return ToolCall(call_id, "", error=ToolError(
+            ErrorCode.MALFORMED_CALL, "a tool call must be a JSON object with 'name' and 'arguments'"))
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return ToolCall(call_id, "", error=ToolError(
+            ErrorCode.MALFORMED_CALL, "the tool call has no 'name' string"))
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = loads_bounded(args) if args.strip() else {}
+        except ValueError as e:
+            return ToolCall(call_id, name, error=ToolError(
+                ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' are not valid JSON: {e}"))
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return ToolCall(call_id, name, error=ToolError(
+            ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' must be a JSON object"))
+    if json_depth(args) > MAX_JSON_DEPTH:
+        return ToolCall(call_id, name, error=ToolError(
+            ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' are nested too deeply"))
+    return ToolCall(call_id, name, args)
+
+
+def parse_act(action: Any, id_prefix: str = "call") -> tuple[str, list[ToolCall]]:
+    """Split an act action (raw text, or an OpenAI-style assistant dict) into text and calls."""
+    structured: list = []
+    if isinstance(action, dict):
+        content = action.get("content")
+        text = content if isinstance(content, str) else ""
+        structured = action.get("tool_calls") or []
+        if not isinstance(structured, list):
+            structured = [structured]
+    elif isinstance(action, str):
+        text = action
+    else:
+        text = ""
+        structured = [None]  # becomes one malformed call
+    calls: list[ToolCall] = []
+    for obj in structured:
+        call_id = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
+        calls.append(_call_from_obj(obj, call_id or f"{id_prefix}_{len(calls)}"))
+    for m in TOOL_CALL_RE.finditer(text):
+        call_id = f"{id_prefix}_{len(calls)}"
+        try:
+            obj = loads_bounded(m.group(1).strip())
+        except ValueError as e:
+            calls.append(ToolCall(call_id, "", error=ToolError(
+                ErrorCode.MALFORMED_CALL, f"the <tool_call> block is not valid JSON: {e}")))
+            continue
+        calls.append(_call_from_obj(obj, call_id))
+    text = TOOL_CALL_RE.sub("", text).strip()
+    return text, calls
+
+
+def parse_rehearsal(action: Any, max_chars: int = MAX_RESPONSE_CHARS) -> tuple[Any, ToolError | None]:
+    """Parse a rehearse action into a JSON object or array, or a structured error."""
+    if isinstance(action, (dict, list)):
+        action = json.dumps(action)
+    if not isinstance(action, str):
+        return None, ToolError(ErrorCode.MALFORMED_RESPONSE, "a tool response must be text")
+    if len(action) > max_chars:
+        return None, ToolError(
+            ErrorCode.MALFORMED_RESPONSE, f"the tool response exceeds {max_chars} characters")
+    text = THINK_RE.sub("", action)
+    m = RESPONSE_TAG_RE.match(text)
+    if m:
+        text = m.group(2)
+    try:
+        value = loads_bounded(text.strip())
+    except ValueError as e:
+        return None, ToolError(ErrorCode.MALFORMED_RESPONSE, f"the tool response is not valid JSON: {e}")
+    if not isinstance(value, (dict, list)):
+        return None, ToolError(
+            ErrorCode.MALFORMED_RESPONSE, "the tool response must be a JSON object or array")
+    return value, None
+
+
+def format_tool_call(name: str, arguments: dict) -> str:
+    """The text form of one tool call, as agents write it."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def assistant_message(text: str, calls: list[ToolCall]) -> dict:
+    msg: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        msg["tool_calls"] = [c.as_openai() for c in calls]
+    return msg
+
+
+def tool_message(call: ToolCall, content: str) -> dict:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}

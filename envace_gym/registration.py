@@ -1,0 +1,17 @@
+"""The ``EnvACE/*`` Gymnasium ids."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+ENV_IDS: dict[str, tuple[str, dict]] = {
+    f"EnvACE/tau2-{domain}-v0": ("envace_gym.envs.tau2:make_env", {"domain": domain})
+    for domain in ("retail", "airline", "telecom", "mock")
+}
+
+
+def register_all() -> None:
+    for env_id, (entry_point, kwargs) in ENV_IDS.items():
+        if env_id not in gym.registry:
+            # the env enforces its own turn limit and reports it as truncation
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=False)

@@ -1,0 +1,188 @@
+"""The core abstractions every task suite implements: task, world, suite, and the episode record."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from envace_gym.errors import ToolError
+from envace_gym.tools import ToolSet
+
+
+@dataclass(frozen=True)
+class Response:
+    """A tool response: a JSON object or array, or a structured error.
+
+    ``native`` is the suite's own rendering of the same result (for example the
+    string tau2's environment would have returned), kept for faithful evaluation.
+    """
+
+    value: Any = None
+    error: ToolError | None = None
+    native: Any = None
+
+    @property
+    def content(self) -> str:
+        return self.error.content() if self.error else json.dumps(self.value)
+
+
+@dataclass
+class CallRecord:
+    """One tool call of an episode and how it was answered."""
+
+    id: str
+    name: str
+    arguments: dict
+    requestor: str  # "assistant" or "user"
+    source: str  # "real", "rehearsed", "simulated", "replay", "rejected"
+    content: str = ""
+    error: str | None = None
+    native: Any = None
+    rehearsed: str | None = None  # shadow dynamics: what the agent rehearsed
+    fidelity: dict | None = None
+    position: int = -1  # index in the episode's messages of the message this call precedes
+
+    @property
+    def ran(self) -> bool:
+        """Whether the call passed validation (so a world may execute it)."""
+        return self.source != "rejected"
+
+    def info(self) -> dict:
+        out = {"id": self.id, "name": self.name, "arguments": self.arguments,
+               "requestor": self.requestor, "source": self.source, "error": self.error}
+        if self.rehearsed is not None:
+            out["rehearsed"] = self.rehearsed
+            out["fidelity"] = self.fidelity
+        return out
+
+
+@dataclass
+class Task:
+    """One problem of a suite. ``data`` is the suite's own task object (gold included)."""
+
+    id: str
+    data: Any
+
+
+class World(ABC):
+    """The real, executable backend of one episode."""
+
+    @abstractmethod
+    def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
+        """Run one schema-valid call against this world's state."""
+
+    @abstractmethod
+    def fork(self) -> World:
+        """An independent copy that shares no mutable state with this world."""
+
+
+@dataclass
+class UserReply:
+    text: str
+    stop: bool = False
+    calls: list[CallRecord] = field(default_factory=list)
+
+
+class User(ABC):
+    """The other side of the conversation."""
+
+    @abstractmethod
+    def opening(self, world: World) -> str:
+        """The first user message."""
+
+    @abstractmethod
+    def reply(self, agent_text: str, world: World) -> UserReply:
+        """Answer one agent message (a user may act on ``world`` through user tools)."""
+
+
+@dataclass
+class Episode:
+    """Everything one episode produced; what rewards and agents read."""
+
+    suite: Suite
+    task: Task
+    world: World
+    dynamics: str
+    messages: list[dict] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    ended_by: str | None = None  # "user_stop", "transfer", "max_turns", ...
+
+    @property
+    def truncated(self) -> bool:
+        return self.ended_by == "max_turns"
+
+    def replayed_world(self) -> World:
+        """A fresh world after every call of the episode that passed validation, in order."""
+        world = self.suite.new_world(self.task)
+        for call in self.calls:
+            if call.ran:
+                world.execute(call.name, call.arguments, call.requestor)
+        return world
+
+
+class Suite(ABC):
+    """A family of tasks with their tools, worlds, users and evaluators."""
+
+    name: str
+    transfer_tool: str | None = None
+
+    @abstractmethod
+    def task_ids(self, split: str | None) -> list[str]: ...
+
+    @abstractmethod
+    def task(self, task_id: str) -> Task: ...
+
+    @abstractmethod
+    def tools(self, task: Task) -> ToolSet: ...
+
+    @abstractmethod
+    def system_prompt(self, task: Task) -> str: ...
+
+    @abstractmethod
+    def new_world(self, task: Task) -> World:
+        """A fresh world in the task's initial state."""
+
+    @abstractmethod
+    def opening_messages(self, task: Task) -> list[dict]:
+        """Messages that precede the user's first turn (a greeting, a recorded history)."""
+
+    @abstractmethod
+    def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User: ...
+
+    @abstractmethod
+    def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
+        """The suite's real evaluator on a world that holds the episode's effects."""
+
+    @abstractmethod
+    def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
+        """Gold-action match; needs no world."""
+
+    @abstractmethod
+    def gold_calls(self, task: Task) -> list[dict]:
+        """The task's gold calls in order: ``{"name", "arguments", "requestor"}``."""
+
+    @abstractmethod
+    def oracle_plan(self, task: Task) -> list[Any]:
+        """The act actions an oracle plays, in order."""
+
+    @cached_property
+    def _recordings(self) -> dict[str, dict]:
+        return {}
+
+    def recordings(self, task: Task) -> dict[tuple[str, str], list[str]]:
+        """Real responses of the task's gold calls, keyed by (name, canonical arguments)."""
+        if task.id not in self._recordings:
+            table: dict[tuple[str, str], list[str]] = {}
+            world = self.new_world(task)
+            for call in self.gold_calls(task):
+                response = world.execute(call["name"], call["arguments"], call["requestor"])
+                table.setdefault(recording_key(call["name"], call["arguments"]), []).append(response.content)
+            self._recordings[task.id] = table
+        return self._recordings[task.id]
+
+
+def recording_key(name: str, arguments: dict) -> tuple[str, str]:
+    return name, json.dumps(arguments, sort_keys=True)

@@ -1,0 +1,147 @@
+"""The oracle on every base task of the real tau2 domains, and agreement with tau2's evaluator."""
+
+import copy
+import json
+
+import gymnasium as gym
+import pytest
+from helpers import play
+from tau2_reference import tau2_reward
+
+import envace_gym  # noqa: F401
+from envace_gym import agents
+from envace_gym.agents.oracle import OracleAgent
+from envace_gym.messages import format_tool_call
+from envace_gym.envs.tau2 import get_suite
+
+COUNTS = {"retail": 114, "airline": 50, "telecom": 114}
+
+
+@pytest.mark.parametrize("domain", list(COUNTS))
+def test_oracle_real_matches_tau2(domain):
+    env = gym.make(f"EnvACE/tau2-{domain}-v0", split="base", dynamics="real")
+    oracle = agents.load("oracle", env=env)
+    ids = env.unwrapped.task_ids
+    assert len(ids) == COUNTS[domain]
+    failures, disagreements = [], []
+    for task_id in ids:
+        reward, info, _ = play(env, oracle, task_id)
+        assert info["reward_source"] == "world"
+        if reward != 1.0:
+            failures.append(task_id)
+        if tau2_reward(env.unwrapped.episode) != reward:
+            disagreements.append(task_id)
+    assert failures == []
+    assert disagreements == []
+
+
+@pytest.mark.parametrize("domain", list(COUNTS))
+def test_oracle_rehearsed_with_replay_reward(domain):
+    env = gym.make(f"EnvACE/tau2-{domain}-v0", split="base", dynamics="rehearsed", reward="replay")
+    oracle = agents.load("oracle", env=env)
+    rewards, rehearse_turns = [], 0
+    for task_id in env.unwrapped.task_ids:
+        reward, info, infos = play(env, oracle, task_id)
+        assert info["reward_source"] == "replay"
+        rewards.append(reward)
+        sources = {c["source"] for i in infos for c in i["tool_calls"]}
+        assert sources <= {"rehearsed"}
+        rehearse_turns += sum(i["role"] == "rehearse" for i in infos)
+    assert rewards == [1.0] * COUNTS[domain]
+    assert rehearse_turns > 0
+
+
+class PerturbedOracle(OracleAgent):
+    """The oracle with one gold write call dropped or one compared argument changed."""
+
+    def __init__(self, env, plan):
+        super().__init__(env)
+        self.fixed_plan = plan
+
+    def act(self, obs):
+        env = self.env.unwrapped
+        if obs["role"] == "act" and env.episode is not self._episode:
+            super().act(obs)
+            self._plan, self._cursor = self.fixed_plan, 0
+        return super().act(obs)
+
+
+def _changed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "0"
+    if isinstance(value, list):
+        return value[:-1] if value else ["x"]
+    return {"x": 1}
+
+
+def _perturbations(suite, task):
+    """(kind, plan, whether the touched gold call changed the gold state) per write action."""
+    toolkit = suite.new_world(task).env.tools
+    plan = suite.oracle_plan(task)
+    actions = suite.gold_actions(task)
+    gold = suite.new_world(task)
+    out = []
+    for i, a in enumerate(actions):
+        succeeded = gold.execute(a.name, a.arguments, a.requestor).error is None
+        if a.requestor != "assistant" or toolkit.tool_type(a.name).value != "write":
+            continue
+        index = plan.index(format_tool_call(a.name, a.arguments))
+        out.append(("drop", plan[:index] + plan[index + 1:], succeeded))
+        keys = a.compare_args if a.compare_args is not None else list(a.arguments)
+        if keys:
+            args = copy.deepcopy(a.arguments)
+            args[keys[0]] = _changed(args[keys[0]])
+            out.append(("change", plan[:index] + [format_tool_call(a.name, args)] + plan[index + 1:],
+                        succeeded))
+    return out
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_perturbed_trajectories_agree_with_tau2(domain):
+    env = gym.make(f"EnvACE/tau2-{domain}-v0", split="base")
+    suite = get_suite(domain)
+    tried = zeroed = effective = 0
+    for task_id in env.unwrapped.task_ids:
+        task = suite.task(task_id)
+        for kind, plan, succeeded in _perturbations(suite, task):
+            reward, _, _ = play(env, PerturbedOracle(env, plan), task_id)
+            assert reward == tau2_reward(env.unwrapped.episode), (task_id, kind)
+            tried += 1
+            if succeeded:
+                effective += 1
+                zeroed += reward == 0.0
+    assert tried > 50
+    # a gold write that changed the state, dropped or altered, must cost the reward
+    assert zeroed == effective, (zeroed, effective)
+
+
+def test_telecom_dropped_user_action_agrees_with_tau2():
+    env = gym.make("EnvACE/tau2-telecom-v0", split="base")
+    suite = get_suite("telecom")
+    tried = zeroed = 0
+    for task_id in env.unwrapped.task_ids[::4]:
+        plan = suite.oracle_plan(suite.task(task_id))
+        asks = [i for i, p in enumerate(plan) if p.startswith("Please do this on your phone")]
+        if not asks:
+            continue
+        plan = plan[:asks[-1]] + plan[asks[-1] + 1:]
+        reward, _, _ = play(env, PerturbedOracle(env, plan), task_id)
+        assert reward == tau2_reward(env.unwrapped.episode), task_id
+        tried += 1
+        zeroed += reward == 0.0
+    assert tried >= 20 and zeroed > tried // 2
+
+
+def test_gold_answers_never_in_obs_or_info():
+    env = gym.make("EnvACE/tau2-retail-v0", split="base")
+    oracle = agents.load("oracle", env=env)
+    suite = get_suite("retail")
+    task = suite.task("5")
+    secrets = [json.dumps(a.arguments) for a in suite.gold_actions(task)]
+    obs, info = env.reset(options={"task_id": "5"})
+    assert not any(s in json.dumps(obs) + json.dumps(info) for s in secrets)
+    assert "evaluation_criteria" not in json.dumps(obs) + json.dumps(info)
