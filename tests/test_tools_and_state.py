@@ -1,0 +1,66 @@
+import copy
+
+import numpy as np
+import pytest
+
+from envace_gym.envs.tau2 import DOMAINS, get_suite
+from envace_gym.errors import ErrorCode
+from envace_gym.messages import ToolCall
+from envace_gym.state import CowMapping, dump
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_sampled_arguments_are_schema_valid(domain):
+    suite = get_suite(domain)
+    tools = suite.tools(suite.task(suite.task_ids(None)[0]))
+    rng = np.random.default_rng(0)
+    for name in tools.names:
+        for _ in range(20):
+            call = ToolCall("c", name, tools.sample_arguments(name, rng))
+            assert tools.check(call) is None, (name, call.arguments)
+
+
+def test_error_codes():
+    suite = get_suite("retail")
+    tools = suite.tools(suite.task("5"))
+    assert tools.check(ToolCall("c", "nope", {})).code == ErrorCode.UNKNOWN_TOOL
+    assert tools.check(ToolCall("c", "get_order_details", {})).code == ErrorCode.INVALID_ARGUMENTS
+    assert tools.check(ToolCall("c", "get_order_details", {"order_id": 7})).code == ErrorCode.INVALID_ARGUMENTS
+    assert tools.check(ToolCall("c", "get_order_details", {"order_id": "#W1"})) is None
+    world = suite.new_world(suite.task("5"))
+    response = world.execute("get_order_details", {"order_id": "#W1"})
+    assert response.error.code == ErrorCode.EXECUTION_ERROR and "not found" in response.error.message
+
+
+def test_cow_mapping_copies_on_access_and_forks_independently():
+    base = {"a": {"v": [1]}, "b": {"v": [2]}}
+    pristine = copy.deepcopy(base)
+    m = CowMapping(base)
+    m["a"]["v"].append(9)
+    m["c"] = {"v": [3]}
+    del m["b"]
+    assert base == pristine
+    assert dict(m.items()) == {"a": {"v": [1, 9]}, "c": {"v": [3]}}
+    assert len(m) == 2 and "b" not in m and m.touched() == {"a", "b", "c"}
+    f = m.fork()
+    f["a"]["v"].append(10)
+    assert m["a"]["v"] == [1, 9] and base == pristine
+
+
+def test_oracle_episodes_leave_the_shared_database_untouched():
+    import gymnasium as gym
+
+    from envace_gym import agents
+    from helpers import play
+
+    suite = get_suite("retail")
+    db = suite._template.tools.db
+    before = {name: dump({k: v.model_dump() for k, v in getattr(db, name).items()})
+              for name in ("users", "orders", "products")}
+    env = gym.make("EnvACE/tau2-retail-v0", split="base")
+    oracle = agents.load("oracle", env=env)
+    for task_id in env.unwrapped.task_ids[:40]:
+        play(env, oracle, task_id)
+    after = {name: dump({k: v.model_dump() for k, v in getattr(db, name).items()})
+             for name in ("users", "orders", "products")}
+    assert before == after
