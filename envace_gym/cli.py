@@ -15,6 +15,7 @@ from rich.table import Table
 
 import envace_gym
 from envace_gym import agents
+from envace_gym.compare import METRICS, compare_calls, plot, summarize
 from envace_gym.runner import run_episodes
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
@@ -23,18 +24,38 @@ console = Console()
 DEFAULT_ENV = "EnvACE/tau2-retail-v0"
 
 
-def _task_ids(values: list[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    return [t.strip() for v in values for t in v.split(",") if t.strip()]
+def _make(env_id: str, agent_names: list[str], split: str | None, task_ids: list[str] | None,
+          **kwargs) -> tuple[gym.Env, list]:
+    """The env and agents a command asked for, or a clear error and exit code 2."""
+    if split is not None:
+        kwargs["split"] = split
+    if task_ids:
+        kwargs["task_ids"] = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
+    try:
+        env = gym.make(env_id, **kwargs)
+        return env, [agents.load(name, env=env) for name in agent_names]
+    except (ValueError, KeyError, gym.error.Error) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+
+
+def _out_path(out: Path | None, env_id: str, agent: str, what: str) -> Path:
+    out = out or Path("runs") / f"{env_id.split('/')[-1]}-{agent.split(':')[0]}-{what}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+SPLIT = Annotated[Optional[str], typer.Option(help="Task split (train, test, base).")]
+TASK_IDS = Annotated[Optional[list[str]], typer.Option("--task-ids", help="Task ids (repeat or comma-separate).")]
+OUT = Annotated[Optional[Path], typer.Option(help="JSONL file for the records.")]
 
 
 @app.command("list")
 def list_envs() -> None:
     """List the registered EnvACE ids."""
-    table = Table("id", "entry point", "suite")
+    table = Table("id", "suite", "arguments")
     for env_id, (entry, kwargs) in envace_gym.ENV_IDS.items():
-        table.add_row(env_id, entry, json.dumps(kwargs))
+        table.add_row(env_id, entry.split(":")[0].rsplit(".", 1)[-1], json.dumps(kwargs))
     console.print(table)
 
 
@@ -43,28 +64,18 @@ def run(
     env_id: Annotated[str, typer.Argument(help="A registered id (see `envace-gym list`).")] = DEFAULT_ENV,
     agent: Annotated[str, typer.Option(help="Agent name: oracle, random.")] = "oracle",
     dynamics: Annotated[str, typer.Option(help=f"One of {', '.join(envace_gym.DYNAMICS)}.")] = "real",
-    split: Annotated[Optional[str], typer.Option(help="Task split (train, test, base).")] = None,
-    task_ids: Annotated[Optional[list[str]], typer.Option("--task-ids", help="Task ids (repeat or comma-separate).")] = None,
+    split: SPLIT = None,
+    task_ids: TASK_IDS = None,
     reward: Annotated[Optional[str], typer.Option(help="world, actions or replay (default by dynamics).")] = None,
     max_turns: Annotated[int, typer.Option(help="Agent turns before truncation.")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
-    out: Annotated[Optional[Path], typer.Option(help="JSONL file for the per-episode records.")] = None,
+    out: OUT = None,
 ) -> None:
     """Run an agent on every selected task and write one JSONL record per episode."""
-    kwargs = {"dynamics": dynamics, "reward": reward, "max_turns": max_turns}
-    if split is not None:
-        kwargs["split"] = split
-    if task_ids:
-        kwargs["task_ids"] = _task_ids(task_ids)
-    try:
-        env = gym.make(env_id, **kwargs)
-        actor = agents.load(agent, env=env)
-    except (ValueError, KeyError, gym.error.Error) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+    env, (actor,) = _make(env_id, [agent], split, task_ids, dynamics=dynamics, reward=reward,
+                          max_turns=max_turns)
     ids = env.unwrapped.task_ids
-    out = out or Path("runs") / f"{env_id.split('/')[-1]}-{agent.split(':')[0]}-{dynamics}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = _out_path(out, env_id, agent, dynamics)
     records = []
     with out.open("w") as f:
         for record in track(run_episodes(env, actor, ids, seed=seed), total=len(ids),
@@ -79,6 +90,41 @@ def run(
     console.print(table)
     mean = statistics.fmean(r["reward"] for r in records)
     console.print(f"mean reward {mean:.3f} over {len(records)} episodes · records in {out}")
+
+
+@app.command()
+def compare(
+    env_id: Annotated[str, typer.Argument(help="A registered id (see `envace-gym list`).")] = DEFAULT_ENV,
+    agent: Annotated[str, typer.Option(help="The agent whose rehearsals are compared.")] = "knn",
+    actor: Annotated[str, typer.Option(help="The agent that takes the actions.")] = "oracle",
+    split: SPLIT = None,
+    task_ids: TASK_IDS = None,
+    seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
+    out: OUT = None,
+) -> None:
+    """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
+    env, (acting, rehearsing) = _make(env_id, [actor, agent], split, task_ids, dynamics="shadow")
+    ids = env.unwrapped.task_ids
+    out = _out_path(out, env_id, agent, "compare")
+    records = []
+    with out.open("w") as f:
+        for record in track(compare_calls(env, acting, rehearsing, ids, seed=seed), total=None,
+                            description=f"{env_id} {agent} vs real", console=console):
+            f.write(json.dumps(record) + "\n")
+            records.append(record)
+    if not records:
+        console.print("no tool call was made: nothing to compare")
+        raise typer.Exit(1)
+    summary = summarize(records)
+    table = Table("tool", "calls", *METRICS, title=f"{env_id} · {agent} rehearsing · {actor} acting")
+    for tool, row in summary.items():
+        table.add_row(tool, str(row["calls"]), *(f"{row[m]:.3f}" for m in METRICS),
+                      end_section=tool == list(summary)[-2])
+    console.print(table)
+    png = out.with_suffix(".png")
+    plot(summary, png, f"{env_id}: {agent} rehearsing against the real world")
+    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1))
+    console.print(f"{len(records)} calls · records in {out} · plot in {png}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class EnvACEEnv(gym.Env):
         'act'
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(self, suite: Suite, split: str | None = None, task_ids: list | None = None,
                  dynamics: str = "real", reward: str | RewardFn | None = None,

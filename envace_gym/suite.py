@@ -54,7 +54,7 @@ class CallRecord:
         out = {"id": self.id, "name": self.name, "arguments": self.arguments,
                "requestor": self.requestor, "source": self.source, "error": self.error}
         if self.rehearsed is not None:
-            out["rehearsed"] = self.rehearsed
+            out["real"], out["rehearsed"] = self.content, self.rehearsed
             out["fidelity"] = self.fidelity
         return out
 

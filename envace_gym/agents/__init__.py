@@ -1,4 +1,4 @@
-"""Agents by name: ``oracle``, ``random`` (model agents arrive with later suites of work)."""
+"""Agents by name: ``oracle``, ``random``, ``knn``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from typing import Any
 import gymnasium as gym
 
 from envace_gym.agents.base import Agent
+from envace_gym.agents.knn import KNNAgent
 from envace_gym.agents.oracle import OracleAgent
 from envace_gym.agents.random_agent import RandomAgent
 
-AGENTS = {"oracle": OracleAgent, "random": RandomAgent}
+AGENTS = {"oracle": OracleAgent, "random": RandomAgent, "knn": KNNAgent}
 
 
 def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
@@ -20,4 +21,4 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
     return AGENTS[name](env, **kwargs)
 
 
-__all__ = ["AGENTS", "Agent", "OracleAgent", "RandomAgent", "load"]
+__all__ = ["AGENTS", "Agent", "KNNAgent", "OracleAgent", "RandomAgent", "load"]

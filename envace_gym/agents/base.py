@@ -15,3 +15,14 @@ class Agent(ABC):
 
     def act_batch(self, observations: list[dict]) -> list[str]:
         return [self.act(obs) for obs in observations]
+
+
+class RoleSplit(Agent):
+    """Two agents as one: ``actor`` takes act turns, ``rehearser`` takes rehearse turns."""
+
+    def __init__(self, actor: Agent, rehearser: Agent):
+        self.actor, self.rehearser = actor, rehearser
+        self.name = f"{actor.name}+{rehearser.name}"
+
+    def act(self, obs: dict) -> str:
+        return (self.rehearser if obs["role"] == "rehearse" else self.actor).act(obs)

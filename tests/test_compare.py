@@ -1,0 +1,56 @@
+"""Shadow comparisons: the oracle is a perfect world model, knn a partial one."""
+
+import json
+
+import gymnasium as gym
+import pandas as pd
+from typer.testing import CliRunner
+
+import envace_gym  # noqa: F401
+from envace_gym import agents
+from envace_gym.cli import app
+from envace_gym.compare import METRICS, compare_calls, summarize
+from envace_gym.fidelity import fidelity
+
+TASKS = ["5", "9", "10", "11", "12", "13", "14", "15"]
+
+
+def _summary(rehearser_name):
+    env = gym.make("EnvACE/tau2-retail-v0", split="base")
+    actor = agents.load("oracle", env=env)
+    rehearser = agents.load(rehearser_name, env=env)
+    return summarize(list(compare_calls(env, actor, rehearser, TASKS)))
+
+
+def test_oracle_rehearser_is_perfect():
+    overall = _summary("oracle")["all"]
+    assert overall["calls"] > 20
+    assert all(overall[m] == 1.0 for m in METRICS)
+
+
+def test_knn_is_between_nothing_and_perfect():
+    overall = _summary("knn")["all"]
+    for metric in ("shape", "leaf_match", "exact"):
+        assert 0.0 < overall[metric] < 1.0, (metric, overall)
+
+
+def test_fidelity_measures():
+    real = json.dumps({"a": 1, "b": {"c": [1, 2]}})
+    assert fidelity(real, real) == {"parsed": True, "shape": 1.0, "leaf_match": 1.0,
+                                    "error_agree": True, "exact": True}
+    partial = fidelity(real, json.dumps({"a": 1, "b": {"c": [1, 3]}, "d": 0}))
+    assert partial["shape"] == 3 / 4 and partial["leaf_match"] == 2 / 3 and not partial["exact"]
+    broken = fidelity(real, json.dumps({"error": {"code": "malformed_response", "message": "x"}}))
+    assert not broken["parsed"] and not broken["error_agree"]
+
+
+def test_compare_cli_writes_records_summary_and_plot(tmp_path):
+    out = tmp_path / "cmp.jsonl"
+    result = CliRunner().invoke(app, ["compare", "EnvACE/tau2-retail-v0", "--agent", "knn",
+                                      "--split", "base", "--task-ids", ",".join(TASKS), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_json(out, lines=True)
+    assert {"task_id", "tool", "arguments", "real", "rehearsed", *METRICS} <= set(frame.columns)
+    assert out.with_suffix(".png").stat().st_size > 10_000
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert summary["all"]["calls"] == len(frame)
