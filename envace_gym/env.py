@@ -12,6 +12,7 @@ import gymnasium as gym
 from envace_gym.errors import ErrorCode, ToolError, error_code_of
 from envace_gym.fidelity import fidelity
 from envace_gym.messages import ToolCall, assistant_message, parse_act, parse_rehearsal, tool_message
+from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
 from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
 from envace_gym.suite import CallRecord, Episode, Response, Suite, User, recording_key
@@ -30,6 +31,13 @@ class EnvACEEnv(gym.Env):
     (``replay``: ``recordings=`` or the task's gold run), or by a coin with
     ``p_real`` (``mixed``). The reward is terminal; ``info["reward_source"]`` names it.
 
+    A rehearse observation is, with ``rehearsal_format="inline"``, the conversation
+    itself ending with the pending call (the response goes where the chat template
+    puts a tool message), and with ``"prompted"`` a separate simulator prompt with
+    the tool's schema and earlier calls of the same tool (from this episode and from
+    ``response_cache``, a :class:`~envace_gym.rehearsal.ResponseCache` that real
+    responses are added to).
+
     Example::
 
         >>> import gymnasium as gym, envace_gym
@@ -45,7 +53,9 @@ class EnvACEEnv(gym.Env):
                  dynamics: str = "real", reward: str | RewardFn | None = None,
                  user: str | User = "scripted", user_kwargs: dict | None = None,
                  max_turns: int = 50, p_real: float = 0.5, simulator: Any = None,
-                 recordings: list[dict] | None = None, render_mode: str | None = None):
+                 recordings: list[dict] | None = None, rehearsal_format: str = "inline",
+                 response_cache: ResponseCache | None = None, examples_per_tool: int = 3,
+                 render_mode: str | None = None):
         self.suite = suite
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
         if not self.task_ids:
@@ -57,12 +67,16 @@ class EnvACEEnv(gym.Env):
             check_reward(reward, dynamics)
         if not 0.0 <= p_real <= 1.0:
             raise ValueError(f"p_real must be in [0, 1], got {p_real}")
+        if rehearsal_format not in REHEARSAL_FORMATS:
+            raise ValueError(f"rehearsal_format must be one of {REHEARSAL_FORMATS}, got {rehearsal_format!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.dynamics, self.reward, self.user = dynamics, reward, user
         self.user_kwargs = user_kwargs or {}
         self.max_turns, self.p_real, self.simulator = max_turns, p_real, simulator
         self.recordings = recordings
+        self.rehearsal_format, self.response_cache = rehearsal_format, response_cache
+        self.examples_per_tool = examples_per_tool
         self.render_mode = render_mode
         self.observation_space = ObservationSpace()
         self.tools = suite.tools(suite.task(self.task_ids[0]))
@@ -91,6 +105,7 @@ class EnvACEEnv(gym.Env):
                                  *self.suite.opening_messages(task)]
         self._pending: deque[tuple[ToolCall, str]] = deque()  # calls and who answers each
         self._turn, self._transferred, self._error = 0, False, None
+        self._rehearsal_errors = 0
         self._replay_table = self._recording_table(task) if dynamics == "replay" else None
         self.episode.messages.append({"role": "user", "content": self._user.opening(world)})
         return self._obs(), self._info([])
@@ -210,6 +225,7 @@ class EnvACEEnv(gym.Env):
                 if text is None:
                     return
                 value, error = parse_rehearsal(text)
+                self._rehearsal_errors += error is not None
                 self._answer(call, "simulated", error.content() if error else json.dumps(value), records)
         self.action_space.role = "act"
 
@@ -223,6 +239,7 @@ class EnvACEEnv(gym.Env):
     def _rehearse(self, action: Any, records: list[CallRecord]) -> None:
         call, _ = self._pending[0]
         value, error = parse_rehearsal(action)
+        self._rehearsal_errors += error is not None
         rehearsed = error.content() if error else json.dumps(value)
         if self.episode.dynamics != "shadow":
             self._answer(call, "rehearsed", rehearsed, records)
@@ -240,6 +257,8 @@ class EnvACEEnv(gym.Env):
         self.episode.calls.append(record)
         self.episode.messages.append(tool_message(call, content))
         records.append(record)
+        if source == "real" and self.response_cache is not None:
+            self.response_cache.add(call.name, call.arguments, content)
         if call.name == self.suite.transfer_tool and source != "rejected":
             self._transferred = True
 
@@ -262,13 +281,24 @@ class EnvACEEnv(gym.Env):
     # observations ----------------------------------------------------------
     def _obs(self) -> dict:
         call = self._pending[0][0] if self._pending else None
-        return {"role": "rehearse" if call else "act", "messages": list(self.episode.messages),
-                "tools": self.tools.schemas,
-                "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments} if call else None}
+        if call is None:
+            return {"role": "act", "messages": list(self.episode.messages), "tools": self.tools.schemas,
+                    "tool_call": None}
+        pending = {"id": call.id, "name": call.name, "arguments": call.arguments}
+        if self.rehearsal_format == "inline":
+            return {"role": "rehearse", "messages": list(self.episode.messages), "tools": self.tools.schemas,
+                    "tool_call": pending}
+        examples = self.response_cache.get(call.name) if self.response_cache else []
+        examples += [(c.arguments, c.content) for c in self.episode.calls
+                     if c.name == call.name and c.ran and c.requestor == "assistant"]
+        messages = prompted_messages(self.episode.messages, pending, self.tools.functions[call.name],
+                                     examples[-self.examples_per_tool:])
+        return {"role": "rehearse", "messages": messages, "tools": [], "tool_call": pending}
 
     def _info(self, records: list[CallRecord]) -> dict:
         return {"role": self.role, "dynamics": self.episode.dynamics, "task_id": self.episode.task.id,
-                "turn": self._turn, "tool_calls": [r.info() for r in records]}
+                "turn": self._turn, "tool_calls": [r.info() for r in records],
+                "rehearsal_errors": self._rehearsal_errors}
 
     @staticmethod
     def _check_dynamics(dynamics: str, simulator: Any) -> None:

@@ -17,6 +17,7 @@ class ToolSet:
 
     def __init__(self, schemas: list[dict]):
         self.schemas = schemas
+        self.functions = {s["function"]["name"]: s for s in schemas}
         self.by_name: dict[str, dict] = {}
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
         for schema in schemas:
