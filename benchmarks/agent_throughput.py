@@ -54,6 +54,7 @@ def main() -> None:
             engine = agents.load(f"vllm:{path}", max_new_tokens=args.new_tokens, gpu_memory_utilization=0.1,
                                  max_model_len=12288, dtype="float32")
             rows.append(("tiny vllm", *measure(engine, observations, args.n)))
+            engine.close()
         except ImportError as e:
             print(f"(vllm row skipped: {e})")
     print(f"{args.n} tau2-retail act prompts, {args.new_tokens} new tokens each, CPU")

@@ -44,6 +44,7 @@ def test_offline_engine_serves_both_roles_with_logprobs(tiny):
     assert gens[1].prompt_ids[:len(gens[0].prompt_ids)] == gens[0].prompt_ids  # one growing sequence
     obs, *_, info = env.step(gens[1].text)
     assert isinstance(json.loads(obs["messages"][-1]["content"]), (dict, list))
+    agent.close()
 
 
 def _free_port():

@@ -33,6 +33,10 @@ class VLLMAgent(Agent):
                          "logprobs": 0}
         self.name = f"vllm:{path}"
 
+    def close(self) -> None:
+        """Stop the engine's worker processes."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     def act(self, obs: dict) -> str:
         return self.generate([obs])[0].text
 
