@@ -17,12 +17,6 @@ transformers = pytest.importorskip("transformers", reason="model agents need tra
 CALL = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}</tool_call>'
 
 
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
-    from envace_gym.testing import tiny_model
-
-    return tiny_model(tmp_path_factory.mktemp("tiny"))
-
 
 def _rehearse_obs(**kwargs):
     env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", **kwargs)

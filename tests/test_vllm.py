@@ -26,12 +26,6 @@ ENGINE = {"gpu_memory_utilization": 0.1, "max_model_len": 12288, "dtype": "float
 CALL = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}</tool_call>'
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from envace_gym.testing import tiny_model
-
-    return tiny_model(tmp_path_factory.mktemp("tiny_vllm"))
-
 
 def test_offline_engine_serves_both_roles_with_logprobs(tiny):
     agent = agents.load(f"vllm:{tiny}", max_new_tokens=12, temperature=1.0, **ENGINE)

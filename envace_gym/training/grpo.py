@@ -1,0 +1,98 @@
+"""Role-wise GRPO: one set of weights, one advantage baseline per role (``act``, ``rehearse``).
+
+For role r, an episode's advantage is its reward minus the baseline of the
+episodes in its group that contain tokens of role r (``baseline="episode"``), or
+of the group's role-r generations, each counted once (``baseline="row"``, the
+EnvACE paper's code); optionally divided by the same subset's standard
+deviation. It is broadcast to that episode's role-r tokens. The loss is a
+PPO-clip term on the ratio against the sampler's log-probs, plus an optional
+KL penalty to a frozen reference, averaged over tokens within each role and
+summed over roles with ``role_weights`` (weight 0 switches a role off).
+"""
+
+from __future__ import annotations
+
+import torch
+
+ROLES = ("act", "rehearse")
+ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2}
+
+
+def group_advantages(rewards: torch.Tensor, counts: torch.Tensor, baseline: str = "episode",
+                     scale: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """Advantages of one group for one role.
+
+    ``rewards[e]`` is episode e's reward, ``counts[e]`` its number of role-r
+    generations. Episodes with none get advantage 0.
+    """
+    present = counts > 0
+    if not present.any():
+        return torch.zeros_like(rewards)
+    if baseline == "episode":
+        weights = present.to(rewards.dtype)
+    elif baseline == "row":
+        weights = counts.to(rewards.dtype)
+    else:
+        raise ValueError(f"baseline must be 'episode' or 'row', got {baseline!r}")
+    mean = (weights * rewards).sum() / weights.sum()
+    advantages = rewards - mean
+    if scale:
+        var = (weights * advantages**2).sum() / weights.sum()
+        advantages = advantages / (var.sqrt() + eps)
+    return torch.where(present, advantages, torch.zeros_like(advantages))
+
+
+def token_advantages(rewards: torch.Tensor, groups: torch.Tensor, role_ids: torch.Tensor,
+                     generations: dict[str, torch.Tensor], baseline: str = "episode",
+                     scale: bool = False) -> torch.Tensor:
+    """Per-token advantages ``[B, T]`` for a batch of episodes (one row each).
+
+    ``groups[b]`` is the group of episode b, ``role_ids[b, t]`` the role of each token
+    (:data:`ROLE_IDS`), ``generations[r][b]`` the number of role-r generations of b.
+    """
+    out = torch.zeros(role_ids.shape, dtype=rewards.dtype)
+    for role in ROLES:
+        per_episode = torch.zeros_like(rewards)
+        for g in groups.unique():
+            members = groups == g
+            per_episode[members] = group_advantages(rewards[members], generations[role][members],
+                                                    baseline, scale)
+        out = torch.where(role_ids == ROLE_IDS[role], per_episode[:, None], out)
+    return out
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` log-probability of each token given the ones before (0 at position 0)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    picked = torch.gather(logits.log_softmax(-1), 2, input_ids[:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+              role_ids: torch.Tensor, clip_eps: float = 0.2, ref_logprobs: torch.Tensor | None = None,
+              kl_coef: float = 0.0, role_weights: dict[str, float] | None = None) -> tuple[torch.Tensor, dict]:
+    """The role-wise clipped objective and its statistics (all tensors ``[B, T]``)."""
+    role_weights = role_weights or {"act": 1.0, "rehearse": 1.0}
+    ratio = torch.exp(logprobs - old_logprobs)
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
+    per_token = -torch.minimum(ratio * advantages, clipped * advantages)
+    kl = None
+    if ref_logprobs is not None and kl_coef:
+        delta = ref_logprobs - logprobs
+        kl = torch.exp(delta) - delta - 1  # the k3 estimator, >= 0
+        per_token = per_token + kl_coef * kl
+    total = logprobs.new_zeros(())
+    stats: dict[str, float] = {}
+    for role in ROLES:
+        mask = role_ids == ROLE_IDS[role]
+        weight = role_weights.get(role, 0.0)
+        if not mask.any() or weight == 0:
+            continue
+        role_loss = per_token[mask].mean()
+        total = total + weight * role_loss
+        stats[f"loss/{role}"] = role_loss.item()
+        stats[f"clip_fraction/{role}"] = ((ratio[mask] - clipped[mask]).abs() > 0).float().mean().item()
+        stats[f"tokens/{role}"] = int(mask.sum())
+        if kl is not None:
+            stats[f"kl/{role}"] = kl[mask].mean().item()
+    return total, stats

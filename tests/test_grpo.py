@@ -1,0 +1,104 @@
+"""Role-wise GRPO: advantages on hand-made groups, and the direction and masking of one update."""
+
+import pytest
+import torch
+
+from envace_gym.training.grpo import ROLE_IDS, group_advantages, grpo_loss, token_advantages, token_logprobs
+
+
+def test_episode_baseline_skips_episodes_without_the_role():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    rehearse_counts = torch.tensor([2, 0, 1, 1])  # episode 1 never rehearsed
+    adv = group_advantages(rewards, rehearse_counts, "episode")
+    assert torch.allclose(adv, torch.tensor([1 / 3, 0.0, 1 / 3, -2 / 3]))
+    act_counts = torch.tensor([3, 1, 2, 2])
+    assert torch.allclose(group_advantages(rewards, act_counts, "episode"), torch.tensor([0.5, -0.5, 0.5, -0.5]))
+
+
+def test_row_baseline_counts_each_generation():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    counts = torch.tensor([2, 0, 1, 1])
+    assert torch.allclose(group_advantages(rewards, counts, "row"), torch.tensor([0.25, 0.0, 0.25, -0.75]))
+
+
+def test_scaled_advantages_divide_by_the_subset_std():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    counts = torch.tensor([2, 0, 1, 1])
+    adv = group_advantages(rewards, counts, "episode", scale=True)
+    centred = torch.tensor([1 / 3, 1 / 3, -2 / 3])
+    std = centred.pow(2).mean().sqrt()
+    assert torch.allclose(adv, torch.tensor([1 / 3, 0.0, 1 / 3, -2 / 3]) / (std + 1e-6))
+    with pytest.raises(ValueError):
+        group_advantages(rewards, counts, "median")
+
+
+def test_token_advantages_broadcast_per_role_and_group():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 3.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    c, a, r = ROLE_IDS["context"], ROLE_IDS["act"], ROLE_IDS["rehearse"]
+    roles = torch.tensor([[c, a, r], [c, a, a], [c, a, r], [c, r, a]])
+    gens = {"act": torch.tensor([1, 2, 1, 1]), "rehearse": torch.tensor([1, 0, 1, 1])}
+    adv = token_advantages(rewards, groups, roles, gens)
+    expected = torch.tensor([[0, 0.5, 0.0], [0, -0.5, -0.5], [0, -1.0, -1.0], [0, 1.0, 1.0]])
+    assert torch.allclose(adv, expected)
+
+
+def _batch(tiny):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    ids = torch.randint(10, model.config.vocab_size, (2, 24))
+    mask = torch.ones_like(ids)
+    roles = torch.zeros_like(ids)
+    roles[:, 4:12] = ROLE_IDS["act"]
+    roles[:, 14:22] = ROLE_IDS["rehearse"]
+    return model, ids, mask, roles
+
+
+def _step(model, ids, mask, roles, advantages, weights, lr=0.05):
+    with torch.no_grad():
+        old = token_logprobs(model, ids, mask)
+    loss, _ = grpo_loss(token_logprobs(model, ids, mask), old, advantages, roles, role_weights=weights)
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= lr * p.grad
+        new = token_logprobs(model, ids, mask)
+    return old, new
+
+
+@pytest.mark.parametrize("role", ["act", "rehearse"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_one_update_moves_the_role_tokens_in_the_advantage_direction(tiny, role, sign):
+    model, ids, mask, roles = _batch(tiny)
+    advantages = torch.where(roles == ROLE_IDS[role], sign, 0.0)
+    old, new = _step(model, ids, mask, roles, advantages, {role: 1.0})
+    chosen = roles == ROLE_IDS[role]
+    assert sign * (new[chosen].sum() - old[chosen].sum()) > 0
+
+
+def test_a_switched_off_role_contributes_no_gradient(tiny):
+    grads = []
+    for rehearse_advantage in (5.0, -5.0):
+        model, ids, mask, roles = _batch(tiny)
+        advantages = torch.where(roles == ROLE_IDS["act"], 1.0,
+                                 torch.where(roles == ROLE_IDS["rehearse"], rehearse_advantage, 0.0))
+        old = token_logprobs(model, ids, mask).detach()
+        loss, stats = grpo_loss(token_logprobs(model, ids, mask), old, advantages, roles,
+                                role_weights={"act": 1.0, "rehearse": 0.0})
+        loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        assert "loss/rehearse" not in stats and stats["tokens/act"] == 16
+    assert torch.equal(grads[0], grads[1])
+
+
+def test_kl_penalty_is_zero_at_the_reference_and_positive_away_from_it():
+    logprobs = torch.tensor([[-1.0, -2.0]])
+    roles = torch.tensor([[ROLE_IDS["act"], ROLE_IDS["act"]]])
+    zero = torch.zeros_like(logprobs)
+    _, at_ref = grpo_loss(logprobs, logprobs, zero, roles, ref_logprobs=logprobs, kl_coef=0.1)
+    loss, away = grpo_loss(logprobs, logprobs, zero, roles, ref_logprobs=logprobs - 0.5, kl_coef=0.1)
+    assert at_ref["kl/act"] == 0.0 and away["kl/act"] > 0 and loss > 0
