@@ -58,17 +58,21 @@ class HFAgent(Agent):
         return [g.text for g in self.generate(observations)]
 
     def generate(self, observations: list[dict]) -> list[Generation]:
+        rendered = [render_prompt(self.tokenizer, obs) for obs in observations]
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in rendered]
+        return self.generate_ids(ids, [stop for _, stop in rendered])
+
+    def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
+        """Generate from token ids (token in, token out); ``stops[i]`` ends row i (None: end of turn)."""
         out: list[Generation] = []
-        for start in range(0, len(observations), self.batch_size):
-            out += self._generate(observations[start:start + self.batch_size])
+        for start in range(0, len(prompts), self.batch_size):
+            out += self._generate(prompts[start:start + self.batch_size], stops[start:start + self.batch_size])
         return out
 
-    def _generate(self, observations: list[dict]) -> list[Generation]:
+    def _generate(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
         import torch
 
-        prompts, stops = zip(*(render_prompt(self.tokenizer, obs) for obs in observations))
-        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = enc.to(self.device)
+        enc = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(self.device)
         extra = {}
         if any(stops):
             extra = {"stop_strings": sorted({s for s in stops if s}), "tokenizer": self.tokenizer}
@@ -78,11 +82,9 @@ class HFAgent(Agent):
                                          pad_token_id=self.tokenizer.pad_token_id)
         scores = self.model.compute_transition_scores(result.sequences, result.scores, normalize_logits=True)
         width = enc["input_ids"].shape[1]
-        eos = {self.tokenizer.eos_token_id, *([self.model.generation_config.eos_token_id]
-                                              if isinstance(self.model.generation_config.eos_token_id, int)
-                                              else self.model.generation_config.eos_token_id or [])}
+        eos = self.eos_ids
         gens = []
-        for i, stop in enumerate(stops):
+        for i, (prompt_ids, stop) in enumerate(zip(prompts, stops)):
             completion = result.sequences[i, width:].tolist()
             n = next((k + 1 for k, t in enumerate(completion) if t in eos), len(completion))
             if stop:  # the row ended at its stop string; what follows is padding
@@ -91,9 +93,14 @@ class HFAgent(Agent):
             text = self.tokenizer.decode([t for t in ids if t not in eos], skip_special_tokens=False)
             if stop and stop in text:
                 text = text[:text.index(stop)]
-            prompt_ids = [t for t, m in zip(enc["input_ids"][i].tolist(), enc["attention_mask"][i].tolist()) if m]
-            gens.append(Generation(text.strip(), prompt_ids, ids, scores[i, :n].tolist()))
+            gens.append(Generation(text.strip(), list(prompt_ids), ids, scores[i, :n].tolist()))
         return gens
+
+    @property
+    def eos_ids(self) -> set[int]:
+        configured = self.model.generation_config.eos_token_id
+        configured = [configured] if isinstance(configured, int) else list(configured or [])
+        return {self.tokenizer.eos_token_id, *configured}
 
 
 def smollm2_path(cache_dir: str | Path | None = None) -> Path:

@@ -1,0 +1,94 @@
+"""Rollouts for training: groups of episodes, stepped together, token in and token out.
+
+With inline rehearsal an episode is one token sequence. Generations are sampled
+from that sequence's ids and appended as sampled, tagged ``act`` or
+``rehearse`` with their sampler log-probs; what the env, the user and the
+template add in between is tokenized as a delta of the rendered prompt and
+tagged ``context``. The trainer therefore learns on exactly the sampled tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+
+from envace_gym.agents.prompting import is_inline_rehearsal, render_prompt
+from envace_gym.training.grpo import ROLE_IDS
+
+
+@dataclass
+class Rollout:
+    """One episode as a training row."""
+
+    task_id: str
+    group: int
+    ids: list[int] = field(default_factory=list)
+    roles: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    generations: dict[str, int] = field(default_factory=lambda: {"act": 0, "rehearse": 0})
+    reward: float = 0.0
+    info: dict = field(default_factory=dict)
+    _text: str = ""  # the rendered prompt text that ``ids`` stands for
+    _closing: str | None = None  # how the last generation ended (eos or a stop string)
+
+    def extend(self, ids: list[int], role: str, logprobs: list[float] | None = None) -> None:
+        self.ids += ids
+        self.roles += [ROLE_IDS[role]] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+def _context_delta(rollout: Rollout, prompt: str, eos: str) -> str:
+    """The text of ``prompt`` that the sequence does not hold yet.
+
+    The last generation was appended as sampled; the template re-renders it, so
+    the delta starts where the template closes that message: after the first
+    terminator (eos or the stop string) following the previous prompt.
+    """
+    if not rollout._text:
+        return prompt
+    if not prompt.startswith(rollout._text):
+        raise ValueError("the chat template does not render conversations prefix-stably")
+    closing = rollout._closing or eos
+    at = prompt.find(closing, len(rollout._text))
+    if at < 0:
+        raise ValueError(f"the rendered prompt does not close the last generation with {closing!r}")
+    return prompt[at + len(closing):] if rollout._closing else prompt[at:]
+
+
+def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, seed: int = 0) -> list[Rollout]:
+    """Play ``group_size`` episodes of every task (one env each), generations batched across envs."""
+    assert len(envs) == len(task_ids) * group_size, "one env per episode"
+    tok = agent.tokenizer
+    rollouts = [Rollout(task_id=t, group=g) for g, t in enumerate(task_ids) for _ in range(group_size)]
+    observations = [env.reset(seed=seed + i, options={"task_id": r.task_id})[0]
+                    for i, (env, r) in enumerate(zip(envs, rollouts))]
+    active = list(range(len(envs)))
+    while active:
+        prompts, stops = [], []
+        for i in active:
+            obs = observations[i]
+            if obs["role"] == "rehearse" and not is_inline_rehearsal(obs):
+                raise ValueError("token-in/token-out rollouts need rehearsal_format='inline'")
+            text, stop = render_prompt(tok, obs)
+            delta = _context_delta(rollouts[i], text, tok.eos_token)
+            rollouts[i].extend(tok(delta, add_special_tokens=False)["input_ids"], "context")
+            rollouts[i]._text = text
+            prompts.append(list(rollouts[i].ids))
+            stops.append(stop)
+        gens = agent.generate_ids(prompts, stops)
+        still = []
+        for i, gen, stop in zip(active, gens, stops):
+            r, role = rollouts[i], observations[i]["role"]
+            r.extend(gen.completion_ids, role, gen.logprobs)
+            r.generations[role] += 1
+            closing = stop if stop else tok.eos_token
+            r._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
+            obs, reward, terminated, truncated, info = envs[i].step(gen.text)
+            observations[i] = obs
+            if terminated or truncated:
+                r.reward, r.info = reward, {k: info.get(k) for k in ("ended_by", "reward_source", "turn")}
+            else:
+                still.append(i)
+        active = still
+    return rollouts

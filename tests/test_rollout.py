@@ -1,0 +1,47 @@
+"""Token in, token out: the ids trained on are exactly the ids sampled, across multi-turn episodes."""
+
+import gymnasium as gym
+
+import envace_gym  # noqa: F401
+from envace_gym import agents
+from envace_gym.agents.prompting import Generation
+from envace_gym.messages import format_tool_call
+from envace_gym.training.grpo import ROLE_IDS
+from envace_gym.training.rollout import collect
+
+CALL = format_tool_call("get_order_details", {"order_id": "#W2378156"})
+
+
+class Recorder:
+    """Keeps every prompt and completion. Act turns are a tool call written as if sampled
+    (the random model rarely writes one), so that every episode has rehearse turns."""
+
+    def __init__(self, agent):
+        self.agent, self.tokenizer, self.calls = agent, agent.tokenizer, []
+
+    def generate_ids(self, prompts, stops):
+        gens = self.agent.generate_ids(prompts, stops)
+        for i, stop in enumerate(stops):
+            if stop is None:
+                ids = self.tokenizer(CALL + self.tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+                gens[i] = Generation(CALL, prompts[i], ids, [-0.5] * len(ids))
+        self.calls += list(zip(prompts, gens))
+        return gens
+
+
+def test_sampled_ids_are_the_trained_ids(tiny):
+    agent = Recorder(agents.load(f"hf:{tiny}", max_new_tokens=24, temperature=1.0, seed=3))
+    envs = [gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=3) for _ in range(4)]
+    rollouts = collect(agent, envs, ["5", "9"], group_size=2, seed=0)
+    assert [r.group for r in rollouts] == [0, 0, 1, 1]
+    for r in rollouts:
+        assert len(r.ids) == len(r.roles) == len(r.logprobs)
+        sampled = [t for t, role in zip(r.ids, r.roles) if role != ROLE_IDS["context"]]
+        # generations this sequence holds, by where they start (siblings may share a prefix)
+        mine = list({len(p): (p, g) for p, g in agent.calls if r.ids[:len(p)] == p and
+                     r.ids[len(p):len(p) + len(g.completion_ids)] == g.completion_ids}.values())
+        assert sum(r.generations.values()) == len(mine) and r.generations == {"act": 3, "rehearse": 3}
+        assert sampled == [t for _, g in sorted(mine, key=lambda pg: len(pg[0])) for t in g.completion_ids]
+        for p, g in mine:  # each generation was sampled from the sequence itself
+            assert r.logprobs[len(p):len(p) + len(g.completion_ids)] == g.logprobs
+        assert r.info["ended_by"] in {"max_turns", "user_stop", "transfer"}
