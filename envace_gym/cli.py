@@ -127,5 +127,48 @@ def compare(
     console.print(f"{len(records)} calls · records in {out} · plot in {png}")
 
 
+@app.command()
+def train(
+    model: Annotated[str, typer.Option(help="hf:PATH or smollm2 (generation through transformers).")],
+    env: Annotated[str, typer.Option("--env", help="A registered id.")] = DEFAULT_ENV,
+    out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, metrics.png, step-N checkpoints.")] = Path("runs/train"),
+    dynamics: Annotated[str, typer.Option(help="Training dynamics.")] = "rehearsed",
+    eval_dynamics: Annotated[str, typer.Option(help="Evaluation dynamics.")] = "real",
+    reward: Annotated[Optional[str], typer.Option(help="Training reward (default: the dynamics' default).")] = None,
+    group_size: Annotated[int, typer.Option(help="Episodes per task (GRPO group).")] = 4,
+    tasks_per_step: Annotated[int, typer.Option(help="Tasks per step.")] = 2,
+    steps: Annotated[int, typer.Option(help="Training steps.")] = 10,
+    lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-5,
+    roles: Annotated[str, typer.Option(help="Roles trained: act,rehearse | act | rehearse.")] = "act,rehearse",
+    baseline: Annotated[str, typer.Option(help="episode or row.")] = "episode",
+    kl_coef: Annotated[float, typer.Option(help="KL penalty to the initial model.")] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens per generation.")] = 64,
+    max_turns: Annotated[int, typer.Option(help="Agent turns per episode.")] = 8,
+    eval_every: Annotated[int, typer.Option(help="Evaluate every N steps (0: never).")] = 5,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")] = False,
+) -> None:
+    """Role-wise GRPO: train one model to act and to rehearse, evaluate it in the real env."""
+    from envace_gym.training import CheckpointError, TrainConfig, Trainer
+
+    config = TrainConfig(model=model, env_id=env, out=str(out), dynamics=dynamics, eval_dynamics=eval_dynamics,
+                         reward=reward, group_size=group_size, tasks_per_step=tasks_per_step, steps=steps,
+                         lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
+                         max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
+                         save_every=save_every, seed=seed)
+    trainer = Trainer(config)
+    if resume:
+        try:
+            trainer.resume()
+        except CheckpointError as e:
+            console.print(f"[red]error:[/red] {e}")
+            raise typer.Exit(2) from None
+    for record in trainer.train():
+        console.print(f"step {record['step']}: reward {record['reward']:.3f} · "
+                      f"{record['tokens_per_s']:.0f} tokens/s")
+    console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'}")
+
+
 if __name__ == "__main__":
     app()

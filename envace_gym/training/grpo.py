@@ -61,9 +61,11 @@ def token_advantages(rewards: torch.Tensor, groups: torch.Tensor, role_ids: torc
     return out
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """``[B, T]`` log-probability of each token given the ones before (0 at position 0)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """``[B, T]`` log-probability of each token given the ones before (0 at position 0), at the
+    sampler's ``temperature`` so that ratios compare like with like."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
     picked = torch.gather(logits.log_softmax(-1), 2, input_ids[:, 1:, None]).squeeze(-1)
     return torch.nn.functional.pad(picked, (1, 0))
 

@@ -1,0 +1,228 @@
+"""The training loop: role-wise GRPO against rehearsed dynamics, evaluation against the real env."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envace_gym import agents
+from envace_gym.agents.base import RoleSplit
+from envace_gym.compare import compare_calls
+from envace_gym.runner import run_episode
+from envace_gym.training import checkpoint
+from envace_gym.training.grpo import ROLE_IDS, ROLES, grpo_loss, token_advantages, token_logprobs
+from envace_gym.training.rollout import Rollout, collect
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on; saved as ``config.json`` in the output folder."""
+
+    model: str
+    env_id: str
+    out: str
+    dynamics: str = "rehearsed"
+    eval_dynamics: str = "real"
+    reward: str | None = None  # None: the env's default for ``dynamics`` (actions under rehearsal)
+    split: str | None = "train"
+    eval_split: str | None = "test"
+    group_size: int = 4
+    tasks_per_step: int = 2
+    steps: int = 10
+    lr: float = 1e-5
+    epochs: int = 1
+    minibatch: int = 4
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0
+    roles: list[str] = field(default_factory=lambda: list(ROLES))
+    baseline: str = "episode"
+    scale_advantages: bool = False
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    max_turns: int = 8
+    eval_every: int = 5
+    eval_tasks: int = 4
+    save_every: int = 5
+    seed: int = 0
+
+
+class Trainer:
+    """Role-wise GRPO on one model that plays both roles (``hf`` generation, torch updates)."""
+
+    def __init__(self, config: TrainConfig):
+        self.cfg = config
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.agent = agents.load(config.model, max_new_tokens=config.max_new_tokens,
+                                 temperature=config.temperature, seed=config.seed)
+        self.model, self.tokenizer = self.agent.model, self.agent.tokenizer
+        self.reference = copy.deepcopy(self.model).eval() if config.kl_coef else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr)
+        rows = config.tasks_per_step * config.group_size
+        updates = config.steps * config.epochs * -(-rows // config.minibatch)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda k: max(0.0, 1.0 - k / updates))
+        make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns)
+        self.envs = [gym.make(config.env_id, split=config.split, **make)
+                     for _ in range(config.tasks_per_step * config.group_size)]
+        self.task_ids = self.envs[0].unwrapped.task_ids
+        self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
+        self.eval_env = gym.make(config.env_id, split=config.eval_split, dynamics=config.eval_dynamics,
+                                 max_turns=config.max_turns)
+        self.step, self.cursor = 0, 0
+
+    # the loop ---------------------------------------------------------------
+    def train(self) -> list[dict]:
+        records = []
+        while self.step < self.cfg.steps:
+            record = self.train_step()
+            if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
+                record.update(self.evaluate())
+            records.append(record)
+            with (self.out / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            if self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps:
+                self.save()
+        plot_metrics(self.out / "metrics.jsonl", self.out / "metrics.png")
+        return records
+
+    def train_step(self) -> dict:
+        start = time.perf_counter()
+        tasks = [self.task_ids[self.order[(self.cursor + i) % len(self.order)]]
+                 for i in range(self.cfg.tasks_per_step)]
+        self.cursor += self.cfg.tasks_per_step
+        self.model.eval()
+        rollouts = collect(self.agent, self.envs, tasks, self.cfg.group_size, seed=self.cfg.seed + 1000 * self.step)
+        sampled = time.perf_counter()
+        stats = self.update(rollouts)
+        self.step += 1
+        tokens = sum(len(r.ids) for r in rollouts)
+        rewards = [r.reward for r in rollouts]
+        record = {"step": self.step, "tasks": tasks, "reward": statistics.fmean(rewards),
+                  "tokens": tokens, "tokens_per_s": tokens / (time.perf_counter() - start),
+                  "rollout_s": sampled - start, "update_s": time.perf_counter() - sampled, **stats}
+        for role in ROLES:
+            having = [r.reward for r in rollouts if r.generations[role]]
+            record[f"reward/{role}"] = statistics.fmean(having) if having else None
+        return record
+
+    def update(self, rollouts: list[Rollout]) -> dict:
+        cfg = self.cfg
+        width = max(len(r.ids) for r in rollouts)
+        pad = self.tokenizer.pad_token_id
+
+        def rows(values, fill, dtype):
+            return torch.tensor([v + [fill] * (width - len(v)) for v in values], dtype=dtype)
+
+        ids = rows([r.ids for r in rollouts], pad, torch.long)
+        mask = rows([[1] * len(r.ids) for r in rollouts], 0, torch.long)
+        roles = rows([r.roles for r in rollouts], ROLE_IDS["context"], torch.long)
+        old = rows([r.logprobs for r in rollouts], 0.0, torch.float32)
+        rewards = torch.tensor([r.reward for r in rollouts])
+        groups = torch.tensor([r.group for r in rollouts])
+        gens = {role: torch.tensor([r.generations[role] for r in rollouts]) for role in ROLES}
+        advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages)
+        weights = {role: 1.0 if role in cfg.roles else 0.0 for role in ROLES}
+        ref = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = token_logprobs(self.reference, ids, mask, cfg.temperature)
+        self.model.train()
+        collected: dict[str, list[float]] = {}
+        for _ in range(cfg.epochs):
+            for start in range(0, len(rollouts), cfg.minibatch):
+                mb = slice(start, start + cfg.minibatch)
+                logprobs = token_logprobs(self.model, ids[mb], mask[mb], cfg.temperature)
+                loss, stats = grpo_loss(logprobs, old[mb], advantages[mb], roles[mb], cfg.clip_eps,
+                                        None if ref is None else ref[mb], cfg.kl_coef, weights)
+                if not loss.requires_grad:
+                    continue  # no tokens of a trained role in this minibatch
+                self.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                self.optimizer.step()
+                self.scheduler.step()
+                for k, v in stats.items():
+                    collected.setdefault(k, []).append(v)
+        out = {k: statistics.fmean(v) for k, v in collected.items()}
+        for role in ROLES:
+            chosen = advantages[roles == ROLE_IDS[role]]
+            if chosen.numel():
+                out[f"advantage_mean/{role}"] = chosen.mean().item()
+                out[f"advantage_std/{role}"] = chosen.std(unbiased=False).item()
+        return out
+
+    def evaluate(self) -> dict:
+        """Reward under ``eval_dynamics`` and rehearsal fidelity (shadow) on held-out tasks."""
+        self.model.eval()
+        ids = self.eval_env.unwrapped.task_ids[:self.cfg.eval_tasks]
+        rewards = [run_episode(self.eval_env, self.agent, t, seed=i)["reward"] for i, t in enumerate(ids)]
+        oracle = agents.load("oracle", env=self.eval_env)
+        calls = list(compare_calls(self.eval_env, oracle, RoleSplit(oracle, self.agent), ids))
+        return {"eval/reward": statistics.fmean(rewards),
+                "eval/leaf_match": statistics.fmean(c["leaf_match"] for c in calls) if calls else None,
+                "eval/parsed": statistics.fmean(c["parsed"] for c in calls) if calls else None}
+
+    # checkpoints ------------------------------------------------------------
+    def save(self) -> Path:
+        state = {"step": self.step, "cursor": self.cursor, "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "python_rng": list(random.getstate()[1]), "config": json.dumps(asdict(self.cfg))}
+        (self.out / "config.json").write_text(json.dumps(asdict(self.cfg), indent=1))
+        return checkpoint.save(self.out / f"step-{self.step}", self.model, self.tokenizer, state)
+
+    def resume(self) -> None:
+        """Continue from the latest checkpoint in ``out`` (refused whole if it is damaged)."""
+        from safetensors.torch import load_file
+
+        folder = checkpoint.latest(self.out)
+        if folder is None:
+            raise checkpoint.CheckpointError(f"no checkpoint to resume in {self.out}")
+        state = checkpoint.load_state(folder)
+        weights = load_file(folder / "model.safetensors")
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:
+            raise checkpoint.CheckpointError(f"{folder} does not hold this model's weights")
+        self.model.tie_weights()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate((3, tuple(state["python_rng"]), None))
+        self.step, self.cursor = state["step"], state["cursor"]
+        metrics = self.out / "metrics.jsonl"
+        if metrics.exists():  # drop what a killed run logged after its last checkpoint
+            kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= self.step]
+            metrics.write_text("".join(line + "\n" for line in kept))
+
+
+def plot_metrics(path: Path, png: Path) -> None:
+    """Curves of reward (by role and on evaluation), loss and KL over steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, keys in zip(axes, (["reward", "reward/act", "reward/rehearse", "eval/reward"],
+                               ["loss/act", "loss/rehearse"], ["eval/leaf_match", "clip_fraction/act",
+                                                               "clip_fraction/rehearse"])):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o", ms=3, label=key)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,55 @@
+"""The GRPO loop on the tiny model: metrics, checkpoints, resume, and refusal of damaged checkpoints."""
+
+import json
+
+import pytest
+
+from envace_gym.training import CheckpointError, TrainConfig, Trainer
+
+
+def _config(tiny, out, steps):
+    return TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-retail-v0", out=str(out), split="train",
+                       eval_split="test", group_size=2, tasks_per_step=1, steps=steps, lr=1e-3,
+                       max_new_tokens=8, max_turns=2, eval_every=2, eval_tasks=1, save_every=1, seed=0)
+
+
+def _metrics(out):
+    keep = ("step", "tasks", "reward", "loss/act", "advantage_mean/act", "eval/reward")
+    return [{k: r.get(k) for k in keep} for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_resume_after_a_kill_continues_the_same_run(tiny, tmp_path):
+    whole = tmp_path / "whole"
+    Trainer(_config(tiny, whole, 3)).train()
+    assert (whole / "metrics.png").stat().st_size > 5000 and (whole / "step-3" / "manifest.json").exists()
+
+    part = tmp_path / "part"
+    first = Trainer(_config(tiny, part, 3))
+    for step in (1, 2):  # step 1 is logged and saved; step 2 is logged, then the run is killed
+        record = first.train_step()
+        with (part / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if step == 1:
+            first.save()
+    del first
+    resumed = Trainer(_config(tiny, part, 3))
+    resumed.resume()
+    assert resumed.step == 1 and len(_metrics(part)) == 1  # the unsaved step's log is dropped
+    resumed.train()
+    assert _metrics(part) == _metrics(whole)
+
+
+def test_a_corrupted_checkpoint_is_refused(tiny, tmp_path):
+    trainer = Trainer(_config(tiny, tmp_path, 1))
+    trainer.train_step()
+    folder = trainer.save()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    fresh = Trainer(_config(tiny, tmp_path, 1))
+    before = [p.detach().clone() for p in fresh.model.parameters()]
+    with pytest.raises(CheckpointError, match="checksum"):
+        fresh.resume()
+    assert all((a == b).all() for a, b in zip(before, fresh.model.parameters()))  # nothing half-loaded
+    (folder / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="manifest"):
+        fresh.resume()
