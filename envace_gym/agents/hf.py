@@ -6,14 +6,13 @@ import importlib.util
 import os
 from pathlib import Path
 
-from envace_gym.agents.base import Agent
-from envace_gym.agents.prompting import Generation, render_prompt
+from envace_gym.agents.prompting import Generation, TokenAgent
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class HFAgent(Agent):
+class HFAgent(TokenAgent):
     """Generation with ``transformers``: the tokenizer's chat template with ``tools=``, batched
     left-padded generation, greedy or sampled (``temperature``, ``top_p``), seeded.
 
@@ -51,19 +50,7 @@ class HFAgent(Agent):
             set_seed(seed)
         self.name = f"hf:{path}"
 
-    def act(self, obs: dict) -> str:
-        return self.generate([obs])[0].text
-
-    def act_batch(self, observations: list[dict]) -> list[str]:
-        return [g.text for g in self.generate(observations)]
-
-    def generate(self, observations: list[dict]) -> list[Generation]:
-        rendered = [render_prompt(self.tokenizer, obs) for obs in observations]
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in rendered]
-        return self.generate_ids(ids, [stop for _, stop in rendered])
-
     def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
-        """Generate from token ids (token in, token out); ``stops[i]`` ends row i (None: end of turn)."""
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             out += self._generate(prompts[start:start + self.batch_size], stops[start:start + self.batch_size])

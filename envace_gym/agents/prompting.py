@@ -1,8 +1,11 @@
-"""Observation to prompt text, shared by the token-level agents (hf, vllm)."""
+"""Observation to prompt text, and the base of the token-level agents (hf, vllm)."""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, field
+
+from envace_gym.agents.base import Agent
 
 SENTINEL = "\x00ENVACE_TOOL_RESPONSE\x00"
 
@@ -41,3 +44,24 @@ def render_prompt(tokenizer, obs: dict) -> tuple[str, str | None]:
     if tokenizer.eos_token:
         closing = closing.split(tokenizer.eos_token)[0]
     return prefix, closing.strip() or None
+
+
+class TokenAgent(Agent):
+    """An agent that generates from token ids; ``tokenizer`` renders its prompts."""
+
+    tokenizer = None
+
+    def act(self, obs: dict) -> str:
+        return self.generate([obs])[0].text
+
+    def act_batch(self, observations: list[dict]) -> list[str]:
+        return [g.text for g in self.generate(observations)]
+
+    def generate(self, observations: list[dict]) -> list[Generation]:
+        rendered = [render_prompt(self.tokenizer, obs) for obs in observations]
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in rendered]
+        return self.generate_ids(ids, [stop for _, stop in rendered])
+
+    @abstractmethod
+    def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
+        """Generate from token ids (token in, token out); ``stops[i]`` ends row i (None: end of turn)."""
