@@ -62,7 +62,7 @@ def list_envs() -> None:
 @app.command()
 def run(
     env_id: Annotated[str, typer.Argument(help="A registered id (see `envace-gym list`).")] = DEFAULT_ENV,
-    agent: Annotated[str, typer.Option(help="Agent name: oracle, random.")] = "oracle",
+    agent: Annotated[str, typer.Option(help=f"Agent: {agents.NAMES}.")] = "oracle",
     dynamics: Annotated[str, typer.Option(help=f"One of {', '.join(envace_gym.DYNAMICS)}.")] = "real",
     split: SPLIT = None,
     task_ids: TASK_IDS = None,
