@@ -5,7 +5,9 @@ rehearses the real responses), every generation's prompt is rendered with the
 SmolLM2 tokenizer and the tool-aware chat template. A generation costs its
 prompt tokens not covered by a cached prefix (the longest common prefix with any
 sequence processed before in the episode, as a prefix cache keeps them) plus its
-generated tokens.
+generated tokens. ``prompted`` is measured twice: with examples from the episode
+only, and with examples also drawn from a cache of real responses (filled by
+real-dynamics gold episodes of the train split), the two settings of issue 3.
 
     python benchmarks/rehearsal_tokens.py [--split test] [--min-calls 5]
 """
@@ -22,6 +24,8 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.hf import smollm2_path
 from envace_gym.agents.prompting import render_prompt
+from envace_gym.rehearsal import ResponseCache
+from envace_gym.runner import run_episode
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -32,9 +36,10 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def episode_tokens(env, oracle, tokenizer, task_id: str, rehearsal_format: str) -> tuple[int, int]:
+def episode_tokens(env, oracle, tokenizer, task_id: str, rehearsal_format: str,
+                   cache: ResponseCache | None = None) -> tuple[int, int]:
     """(tokens processed, tool calls) for one gold episode."""
-    env.unwrapped.rehearsal_format = rehearsal_format
+    env.unwrapped.rehearsal_format, env.unwrapped.response_cache = rehearsal_format, cache
     obs, _ = env.reset(options={"task_id": task_id})
     seen: list[list[int]] = []
     total, calls, done = 0, 0, False
@@ -60,21 +65,25 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     env = gym.make("EnvACE/tau2-retail-v0", split=args.split, dynamics="rehearsed", reward="replay")
     oracle = agents.load("oracle", env=env)
+    cache = ResponseCache(per_tool=3)
+    filler = gym.make("EnvACE/tau2-retail-v0", split="train", response_cache=cache)
+    filling = agents.load("oracle", env=filler)
+    for task_id in filler.unwrapped.task_ids:
+        run_episode(filler, filling, task_id)
     rows = []
     for task_id in env.unwrapped.task_ids:
         inline, calls = episode_tokens(env, oracle, tokenizer, task_id, "inline")
         prompted, _ = episode_tokens(env, oracle, tokenizer, task_id, "prompted")
-        rows.append((task_id, calls, inline, prompted))
-    print(f"tau2-retail {args.split}: {len(rows)} gold episodes, SmolLM2 tokenizer")
-    print(f"{'episodes':>22}{'n':>5}{'inline':>10}{'prompted':>10}{'ratio':>8}")
+        cached, _ = episode_tokens(env, oracle, tokenizer, task_id, "prompted", cache)
+        rows.append((task_id, calls, inline, prompted, cached))
+    print(f"tau2-retail {args.split}: {len(rows)} gold episodes, SmolLM2 tokenizer, mean tokens per episode")
+    print(f"{'episodes':>16}{'n':>4}{'inline':>8}{'prompted':>10}{'ratio':>7}{'prompted+cache':>16}{'ratio':>7}")
     for label, chosen in (("all", rows), (f">= {args.min_calls} calls", [r for r in rows if r[1] >= args.min_calls])):
         if not chosen:
             continue
-        inline = statistics.fmean(r[2] for r in chosen)
-        prompted = statistics.fmean(r[3] for r in chosen)
-        ratios = [r[2] / r[3] for r in chosen]
-        print(f"{label:>22}{len(chosen):5d}{inline:10.0f}{prompted:10.0f}{inline / prompted:8.3f}"
-              f"   (per-episode ratio: median {statistics.median(ratios):.3f}, max {max(ratios):.3f})")
+        inline, prompted, cached = (statistics.fmean(r[k] for r in chosen) for k in (2, 3, 4))
+        print(f"{label:>16}{len(chosen):4d}{inline:8.0f}{prompted:10.0f}{inline / prompted:7.3f}"
+              f"{cached:16.0f}{inline / cached:7.3f}")
 
 
 if __name__ == "__main__":
