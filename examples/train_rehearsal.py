@@ -24,7 +24,6 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.agents.base import RoleSplit
 from envace_gym.compare import compare_calls
 from envace_gym.runner import run_episode
 from envace_gym.testing import tiny_model
@@ -67,7 +66,7 @@ def evaluate(agent, task_ids) -> dict:
     real = gym.make("EnvACE/tau2-retail-v0", split="test", max_turns=4)
     rewards = [run_episode(real, agent, t)["reward"] for t in task_ids]
     oracle = agents.load("oracle", env=real)
-    calls = list(compare_calls(real, oracle, RoleSplit(oracle, agent), task_ids))
+    calls = list(compare_calls(real, oracle, agent, task_ids))
     return {"act_reward": statistics.fmean(rewards),
             "parsed": statistics.fmean(c["parsed"] for c in calls),
             "leaf_match": statistics.fmean(c["leaf_match"] for c in calls),

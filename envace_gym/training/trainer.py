@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from envace_gym import agents
-from envace_gym.agents.base import RoleSplit
 from envace_gym.compare import compare_calls
 from envace_gym.runner import run_episode
 from envace_gym.training import checkpoint
@@ -168,7 +167,7 @@ class Trainer:
         ids = self.eval_env.unwrapped.task_ids[:self.cfg.eval_tasks]
         rewards = [run_episode(self.eval_env, self.agent, t, seed=i)["reward"] for i, t in enumerate(ids)]
         oracle = agents.load("oracle", env=self.eval_env)
-        calls = list(compare_calls(self.eval_env, oracle, RoleSplit(oracle, self.agent), ids))
+        calls = list(compare_calls(self.eval_env, oracle, self.agent, ids))
         return {"eval/reward": statistics.fmean(rewards),
                 "eval/leaf_match": statistics.fmean(c["leaf_match"] for c in calls) if calls else None,
                 "eval/parsed": statistics.fmean(c["parsed"] for c in calls) if calls else None}
