@@ -158,18 +158,12 @@ class Tau2Suite(Suite):
         if state and state.initialization_actions:
             for action in state.initialization_actions:
                 env.run_env_function_call(action)
-        for call, _ in self._history_calls(task):
-            world.execute(call.name, call.arguments, call.requestor)
+        history = (state.message_history if state else None) or []
+        for message in history:  # a recorded history's calls happened: replay them
+            for call in (getattr(message, "tool_calls", None) or []):
+                world.execute(call.name, call.arguments, call.requestor)
         env.sync_tools()
         return world
-
-    @staticmethod
-    def _history_calls(task: Tau2Task):
-        history = (task.initial_state.message_history if task.initial_state else None) or []
-        results = {m.id: m for m in history if m.role == "tool"}
-        for m in history:
-            for call in (getattr(m, "tool_calls", None) or []) if m.role != "tool" else []:
-                yield call, results.get(call.id)
 
     def gold_world(self, task: Task) -> Tau2World:
         """The task's initial world after its gold actions, computed once (tau2's rules)."""
