@@ -30,6 +30,11 @@ class EnvACEEnv(gym.Env):
     by a frozen ``simulator`` agent (``simulated``), by recorded responses
     (``replay``: ``recordings=`` or the task's gold run), or by a coin with
     ``p_real`` (``mixed``). The reward is terminal; ``info["reward_source"]`` names it.
+    ``max_turns`` bounds the act turns of an episode (None: no bound) and
+    ``max_steps_per_turn`` the tool-calling act turns between two user messages;
+    passing either ends the episode as truncated. A one-step suite (BFCL's
+    single-turn categories) ends with the agent's first message: its calls are
+    validated and scored, never run.
 
     A rehearse observation is, with ``rehearsal_format="inline"``, the conversation
     itself ending with the pending call (the response goes where the chat template
@@ -52,7 +57,7 @@ class EnvACEEnv(gym.Env):
     def __init__(self, suite: Suite, split: str | None = None, task_ids: list | None = None,
                  dynamics: str = "real", reward: str | RewardFn | None = None,
                  user: str | User = "scripted", user_kwargs: dict | None = None,
-                 max_turns: int = 50, p_real: float = 0.5, simulator: Any = None,
+                 max_turns: int | None = 50, max_steps_per_turn: int | None = None, p_real: float = 0.5, simulator: Any = None,
                  recordings: list[dict] | None = None, rehearsal_format: str = "inline",
                  response_cache: ResponseCache | None = None, examples_per_tool: int = 3,
                  render_mode: str | None = None):
@@ -73,7 +78,8 @@ class EnvACEEnv(gym.Env):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.dynamics, self.reward, self.user = dynamics, reward, user
         self.user_kwargs = user_kwargs or {}
-        self.max_turns, self.p_real, self.simulator = max_turns, p_real, simulator
+        self.max_turns, self.max_steps_per_turn = max_turns, max_steps_per_turn
+        self.p_real, self.simulator = p_real, simulator
         self.recordings = recordings
         self.rehearsal_format, self.response_cache = rehearsal_format, response_cache
         self.examples_per_tool = examples_per_tool
@@ -104,7 +110,7 @@ class EnvACEEnv(gym.Env):
         self.episode.messages = [{"role": "system", "content": self.suite.system_prompt(task)},
                                  *self.suite.opening_messages(task)]
         self._pending: deque[tuple[ToolCall, str]] = deque()  # calls and who answers each
-        self._turn, self._transferred, self._error = 0, False, None
+        self._turn, self._turn_steps, self._transferred, self._error = 0, 0, False, None
         self._rehearsal_errors = 0
         self._replay_table = self._recording_table(task) if dynamics == "replay" else None
         self.episode.messages.append({"role": "user", "content": self._user.opening(world)})
@@ -123,8 +129,10 @@ class EnvACEEnv(gym.Env):
         if ep.ended_by is None and not self._pending:
             if self._transferred:
                 ep.ended_by = "transfer"
-            elif self._turn >= self.max_turns:
+            elif self.max_turns is not None and self._turn >= self.max_turns:
                 ep.ended_by = "max_turns"
+            elif self.max_steps_per_turn is not None and self._turn_steps > self.max_steps_per_turn:
+                ep.ended_by = "max_steps"
         reward, terminated, truncated = 0.0, False, False
         info = self._info(records)
         if self._error is not None:
@@ -184,7 +192,12 @@ class EnvACEEnv(gym.Env):
         self._turn += 1
         text, calls = parse_act(action, id_prefix=f"call_{self._turn}")
         ep.messages.append(assistant_message(text, calls))
+        if self.suite.one_step:
+            self._record_unanswered(calls, records)
+            ep.ended_by = "answered"
+            return
         if calls:
+            self._turn_steps += 1
             self._pending.extend((call, self._source()) for call in calls)
             return
         reply = self._guarded(self._user.reply, text, ep.world)
@@ -193,9 +206,24 @@ class EnvACEEnv(gym.Env):
         for record in reply.calls:
             record.position = len(ep.messages)
         ep.calls.extend(reply.calls)
-        ep.messages.append({"role": "user", "content": reply.text})
+        if reply.text:
+            ep.messages.append({"role": "user", "content": reply.text})
+        self._turn_steps = 0
+        if reply.tools is not None:
+            self.tools = self.action_space.tools = reply.tools
         if reply.stop:
             ep.ended_by = "user_stop"
+
+    def _record_unanswered(self, calls: list[ToolCall], records: list[CallRecord]) -> None:
+        """A one-step suite's calls: validated and recorded for scoring, answered by no one."""
+        for call in calls:
+            error = self.tools.check(call)
+            record = CallRecord(call.id, call.name, call.arguments, "assistant",
+                                "rejected" if error else "unanswered",
+                                error.content() if error else "", error and str(error.code),
+                                position=len(self.episode.messages))
+            self.episode.calls.append(record)
+            records.append(record)
 
     def _guarded(self, fn, *args):
         """Call a user or simulator; a failure (a dead server, say) ends the episode, state intact."""

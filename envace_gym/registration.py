@@ -8,6 +8,12 @@ ENV_IDS: dict[str, tuple[str, dict]] = {
     f"EnvACE/tau2-{domain}-v0": ("envace_gym.envs.tau2:make_env", {"domain": domain})
     for domain in ("retail", "airline", "telecom", "mock")
 }
+BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+                   "multi_turn_long_context", "simple_python", "multiple", "parallel",
+                   "parallel_multiple", "irrelevance", "live_simple", "live_multiple", "live_parallel",
+                   "live_parallel_multiple", "live_irrelevance", "live_relevance")
+ENV_IDS.update({f"EnvACE/bfcl-{c.replace('_', '-')}-v0": ("envace_gym.envs.bfcl:make_env", {"category": c})
+                for c in BFCL_CATEGORIES})
 
 
 def register_all() -> None:

@@ -28,6 +28,19 @@ class Response:
     def content(self) -> str:
         return self.error.content() if self.error else json.dumps(self.value)
 
+    @classmethod
+    def from_native(cls, native: Any) -> Response:
+        """A suite's own result as a JSON object or array: JSON text is parsed, the rest wrapped."""
+        value = native
+        if isinstance(native, str):
+            try:
+                value = json.loads(native)
+            except ValueError:
+                value = None
+        if not isinstance(value, (dict, list)):
+            value = {"result": native}
+        return cls(value=value, native=native)
+
 
 @dataclass
 class CallRecord:
@@ -37,7 +50,7 @@ class CallRecord:
     name: str
     arguments: dict
     requestor: str  # "assistant" or "user"
-    source: str  # "real", "rehearsed", "simulated", "replay", "rejected"
+    source: str  # "real", "rehearsed", "simulated", "replay", "rejected", "unanswered"
     content: str = ""
     error: str | None = None
     native: Any = None
@@ -81,9 +94,12 @@ class World(ABC):
 
 @dataclass
 class UserReply:
+    """A user's answer. ``tools``, when set, replaces the agent's tools from now on."""
+
     text: str
     stop: bool = False
     calls: list[CallRecord] = field(default_factory=list)
+    tools: ToolSet | None = None
 
 
 class User(ABC):
@@ -112,7 +128,7 @@ class Episode:
 
     @property
     def truncated(self) -> bool:
-        return self.ended_by == "max_turns"
+        return self.ended_by in ("max_turns", "max_steps")
 
     def replayed_world(self) -> World:
         """A fresh world after every call of the episode that passed validation, in order."""
@@ -128,6 +144,7 @@ class Suite(ABC):
 
     name: str
     transfer_tool: str | None = None
+    one_step: bool = False  # the episode ends with the agent's first message (calls scored, not run)
 
     @abstractmethod
     def task_ids(self, split: str | None) -> list[str]: ...

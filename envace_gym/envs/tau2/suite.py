@@ -56,17 +56,6 @@ def _clone_toolkit(toolkit: ToolKitBase, db) -> ToolKitBase:
     return clone
 
 
-def as_container(native: Any) -> Any:
-    """A tau2 result as a JSON object or array: JSON text is parsed, scalars are wrapped."""
-    if isinstance(native, str):
-        try:
-            value = json.loads(native)
-        except ValueError:
-            return {"result": native}
-        return value if isinstance(value, (dict, list)) else {"result": native}
-    return {"result": native}
-
-
 class Tau2World(World):
     """A tau2 ``Environment`` running tau2's tools on a copy-on-write database."""
 
@@ -80,7 +69,7 @@ class Tau2World(World):
             native = Environment.to_json_str(result)
         except Exception as e:  # tau2 tools signal failures with exceptions
             return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, str(e)), native=f"Error: {e}")
-        return Response(value=as_container(native), native=native)
+        return Response.from_native(native)
 
     def fork(self) -> Tau2World:
         env = copy.copy(self.env)
