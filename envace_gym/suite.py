@@ -14,32 +14,32 @@ from envace_gym.tools import ToolSet
 
 @dataclass(frozen=True)
 class Response:
-    """A tool response: a JSON object or array, or a structured error.
+    """A tool response: JSON text of an object or array, or a structured error.
 
     ``native`` is the suite's own rendering of the same result (for example the
     string tau2's environment would have returned), kept for faithful evaluation.
     """
 
-    value: Any = None
+    text: str | None = None
     error: ToolError | None = None
     native: Any = None
 
     @property
     def content(self) -> str:
-        return self.error.content() if self.error else json.dumps(self.value)
+        return self.error.content() if self.error else self.text
 
     @classmethod
     def from_native(cls, native: Any) -> Response:
         """A suite's own result as a JSON object or array: JSON text is parsed, the rest wrapped."""
-        value = native
+        value = None
         if isinstance(native, str):
             try:
                 value = json.loads(native)
             except ValueError:
-                value = None
+                pass
         if not isinstance(value, (dict, list)):
             value = {"result": native}
-        return cls(value=value, native=native)
+        return cls(text=json.dumps(value), native=native)
 
 
 @dataclass

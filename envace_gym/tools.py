@@ -5,6 +5,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
+import fastjsonschema
 import jsonschema
 import numpy as np
 
@@ -25,6 +26,7 @@ class ToolSet:
         self.functions = {s["function"]["name"]: s for s in [*schemas, *hidden]}
         self.by_name: dict[str, dict] = {}
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        self._fast: dict[str, Any] = {}
         for schema in self.functions.values():
             fn = schema["function"]
             params = fn.get("parameters") or {"type": "object", "properties": {}}
@@ -32,6 +34,10 @@ class ToolSet:
             cls.check_schema(params)
             self.by_name[fn["name"]] = params
             self._validators[fn["name"]] = cls(params)
+            # fastjsonschema compiles the (suite-provided, trusted) schema to a Python function,
+            # about 20x faster than jsonschema's interpreter; jsonschema words the errors
+            self._fast[fn["name"]] = fastjsonschema.compile(params, use_default=False,
+                                                            use_formats=False)
 
     def __contains__(self, name: str) -> bool:
         return name in self._validators
@@ -46,12 +52,16 @@ class ToolSet:
             return call.error
         if call.name not in self._validators:
             return ToolError(ErrorCode.UNKNOWN_TOOL, f"no tool named '{call.name[:100]}' is available")
-        error = jsonschema.exceptions.best_match(self._validators[call.name].iter_errors(call.arguments))
-        if error is not None:
+        try:
+            self._fast[call.name](call.arguments)
+            return None
+        except fastjsonschema.JsonSchemaValueException as fast_error:
+            error = jsonschema.exceptions.best_match(self._validators[call.name].iter_errors(call.arguments))
+            if error is None:
+                return ToolError(ErrorCode.INVALID_ARGUMENTS, f"{call.name}: {fast_error.message[:300]}")
             where = "/".join(str(p) for p in error.absolute_path) or "arguments"
             return ToolError(ErrorCode.INVALID_ARGUMENTS,
                              f"{call.name}: {where}: {error.message[:300]}")
-        return None
 
     def sample_arguments(self, name: str, rng: np.random.Generator) -> dict:
         params = self.by_name[name]

@@ -64,3 +64,45 @@ def test_oracle_episodes_leave_the_shared_database_untouched():
     after = {name: dump({k: v.model_dump() for k, v in getattr(db, name).items()})
              for name in ("users", "orders", "products")}
     assert before == after
+
+
+def _mutations(arguments: dict, rng) -> list[dict]:
+    out = [dict(arguments, unexpected_key=1)]
+    for key, value in arguments.items():
+        out.append({k: v for k, v in arguments.items() if k != key})
+        for other in (None, 3, 2.5, "x", True, [1], {"a": 1}):
+            if type(other) is not type(value):
+                out.append(dict(arguments, **{key: other}))
+                break
+        if isinstance(value, dict) and value:
+            inner = next(iter(value))
+            out.append(dict(arguments, **{key: {**value, inner: [[]]}}))
+        if isinstance(value, list) and value:
+            out.append(dict(arguments, **{key: [*value, {"z": []}]}))
+    return out
+
+
+def test_fast_validator_agrees_with_jsonschema_on_every_suite_tool():
+    """The compiled validator (fastjsonschema) and jsonschema agree on valid and broken calls."""
+    from envace_gym.envs.bfcl import get_suite as bfcl_suite
+    from envace_gym.envs.tau2 import get_suite as tau2_suite
+
+    toolsets = []
+    for domain in ("retail", "airline", "telecom", "mock"):
+        suite = tau2_suite(domain)
+        toolsets += [suite.tools(suite.task(suite.task_ids(None)[0]))]
+        toolsets += [suite.user_toolset] if suite.user_toolset else []
+    for category in ("multi_turn_base", "live_multiple", "live_simple", "simple_python", "parallel_multiple"):
+        suite = bfcl_suite(category)
+        toolsets += [suite.tools(suite.task(t)) for t in suite.task_ids(None)[:150]]
+    rng = np.random.default_rng(0)
+    checked = 0
+    for tools in toolsets:
+        for name in tools.names:
+            args = tools.sample_arguments(name, rng)
+            for candidate in [args, *_mutations(args, rng)]:
+                slow = not any(True for _ in tools._validators[name].iter_errors(candidate))
+                fast = tools.check(ToolCall("c", name, candidate)) is None
+                assert slow == fast, (name, candidate)
+                checked += 1
+    assert checked > 5000

@@ -87,6 +87,12 @@ class BFCLWorld(World):
         except Exception as e:  # a backend bug or an argument its code cannot take
             return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, f"{name}: {e}"),
                             native=f"Error during execution: {e}")
+        if type(result) is dict:  # most results: their JSON text is both response and native text
+            try:
+                text = json.dumps(result)
+                return Response(text=text, native=text)
+            except (TypeError, ValueError):
+                pass
         return Response.from_native(native_text(result))
 
     def fork(self) -> BFCLWorld:
@@ -167,7 +173,7 @@ class MultiTurnSuite(Suite):
         self._raw = source.entries(category)
         self._answers = source.answers(category)
         self._tasks: dict[str, Task] = {}
-        self._toolsets: dict[tuple[str, int], ToolSet] = {}
+        self._toolsets: dict[tuple, ToolSet] = {}
 
     def task_ids(self, split: str | None) -> list[str]:
         if split is not None:
@@ -204,11 +210,10 @@ class MultiTurnSuite(Suite):
         miss_func_49 calls ``tail`` two turns before it is announced).
         """
         entry: Entry = task.data
-        since = max([t for t in entry.added if t <= turn], default=0)
-        key = (task.id, since)
+        shown = entry.docs + [d for t, ds in sorted(entry.added.items()) if t <= turn for d in ds]
+        held = [d for t, ds in sorted(entry.added.items()) if t > turn for d in ds]
+        key = (tuple(d["name"] for d in shown), tuple(d["name"] for d in held))  # shared by entries
         if key not in self._toolsets:
-            shown = entry.docs + [d for t, ds in sorted(entry.added.items()) if t <= since for d in ds]
-            held = [d for t, ds in sorted(entry.added.items()) if t > since for d in ds]
             self._toolsets[key] = ToolSet([openai_schema(d) for d in shown],
                                           hidden=[openai_schema(d) for d in held])
         return self._toolsets[key]
