@@ -37,4 +37,7 @@ test: setup
 	$(PY) -m pytest -q
 
 bench: setup
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/tau2_episode.py
+	$(PY) benchmarks/bfcl_calls.py
+	$(PY) benchmarks/grpo_iteration.py
