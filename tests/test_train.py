@@ -22,6 +22,12 @@ def test_resume_after_a_kill_continues_the_same_run(tiny, tmp_path):
     whole = tmp_path / "whole"
     Trainer(_config(tiny, whole, 3)).train()
     assert (whole / "metrics.png").stat().st_size > 5000 and (whole / "step-3" / "manifest.json").exists()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(whole / "tensorboard"))
+    board.Reload()
+    assert [e.step for e in board.Scalars("reward")] == [1, 2, 3]
+    assert [e.value for e in board.Scalars("reward")] == pytest.approx([r["reward"] for r in _metrics(whole)])
 
     part = tmp_path / "part"
     first = Trainer(_config(tiny, part, 3))

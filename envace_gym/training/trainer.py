@@ -52,6 +52,7 @@ class TrainConfig:
     eval_tasks: int = 4
     save_every: int = 5
     seed: int = 0
+    tensorboard: bool = True  # also log the metrics as TensorBoard scalars in OUT/tensorboard
 
 
 class Trainer:
@@ -83,6 +84,12 @@ class Trainer:
     # the loop ---------------------------------------------------------------
     def train(self) -> list[dict]:
         records = []
+        board = None
+        if self.cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step drops what a killed run logged after the checkpoint it resumed from
+            board = SummaryWriter(str(self.out / "tensorboard"), purge_step=self.step + 1)
         while self.step < self.cfg.steps:
             record = self.train_step()
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
@@ -90,8 +97,15 @@ class Trainer:
             records.append(record)
             with (self.out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(record) + "\n")
+            if board is not None:
+                for key, value in record.items():
+                    if isinstance(value, (int, float)) and key != "step":
+                        board.add_scalar(key, value, self.step)
+                board.flush()
             if self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps:
                 self.save()
+        if board is not None:
+            board.close()
         plot_metrics(self.out / "metrics.jsonl", self.out / "metrics.png")
         return records
 
