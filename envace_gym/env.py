@@ -57,7 +57,8 @@ class EnvACEEnv(gym.Env):
     def __init__(self, suite: Suite, split: str | None = None, task_ids: list | None = None,
                  dynamics: str = "real", reward: str | RewardFn | None = None,
                  user: str | User = "scripted", user_kwargs: dict | None = None,
-                 max_turns: int | None = 50, max_steps_per_turn: int | None = None, p_real: float = 0.5, simulator: Any = None,
+                 max_turns: int | None = 50, max_steps_per_turn: int | None = None,
+                 p_real: float = 0.5, simulator: Any = None,
                  recordings: list[dict] | None = None, rehearsal_format: str = "inline",
                  response_cache: ResponseCache | None = None, examples_per_tool: int = 3,
                  render_mode: str | None = None):

@@ -3,6 +3,7 @@ behind the openai agent, including a server killed mid-episode."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -54,7 +55,9 @@ def served(tiny):
            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
            "--gpu-memory-utilization", "0.1", "--max-model-len", "12288", "--dtype", "float32",
            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    # its own process group: killing the server must also kill the engine process it forks
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy(),
+                            start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline:
         try:
@@ -65,10 +68,18 @@ def served(tiny):
                 pytest.fail("vllm serve exited during start-up")
             time.sleep(2)
     else:
-        proc.kill()
+        _kill(proc)
         pytest.fail("vllm serve did not start within 300 s")
     yield f"http://127.0.0.1:{port}/v1", proc
-    proc.kill()
+    _kill(proc)
+
+
+def _kill(proc) -> None:
+    """Kill the server and every process it started."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     proc.wait()
 
 
@@ -82,8 +93,7 @@ def test_openai_agent_against_vllm_serve_and_a_killed_server(served):
     assert info["tool_calls"][0]["source"] == "rehearsed"
     obs, *_ = env.step(agent.act(obs))  # an act turn from the model
     before = json.dumps(env.unwrapped.episode.messages)
-    proc.kill()
-    proc.wait()
+    _kill(proc)
     with pytest.raises(ModelServerError, match="127.0.0.1"):
         agent.act(obs)
     assert json.dumps(env.unwrapped.episode.messages) == before  # nothing lost

@@ -72,8 +72,13 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
               role_ids: torch.Tensor, clip_eps: float = 0.2, ref_logprobs: torch.Tensor | None = None,
-              kl_coef: float = 0.0, role_weights: dict[str, float] | None = None) -> tuple[torch.Tensor, dict]:
-    """The role-wise clipped objective and its statistics (all tensors ``[B, T]``)."""
+              kl_coef: float = 0.0, role_weights: dict[str, float] | None = None,
+              role_tokens: dict[str, int] | None = None) -> tuple[torch.Tensor, dict]:
+    """The role-wise clipped objective and its statistics (all tensors ``[B, T]``).
+
+    Each role's loss is a token mean; ``role_tokens`` gives its denominator when these
+    rows are one process's share of a larger minibatch (the minibatch's token count).
+    """
     role_weights = role_weights or {"act": 1.0, "rehearse": 1.0}
     ratio = torch.exp(logprobs - old_logprobs)
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
@@ -90,7 +95,7 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
         weight = role_weights.get(role, 0.0)
         if not mask.any() or weight == 0:
             continue
-        role_loss = per_token[mask].mean()
+        role_loss = per_token[mask].sum() / (role_tokens[role] if role_tokens else mask.sum())
         total = total + weight * role_loss
         stats[f"loss/{role}"] = role_loss.item()
         stats[f"clip_fraction/{role}"] = ((ratio[mask] - clipped[mask]).abs() > 0).float().mean().item()

@@ -56,57 +56,87 @@ class TrainConfig:
 
 
 class Trainer:
-    """Role-wise GRPO on one model that plays both roles (``hf`` generation, torch updates)."""
+    """Role-wise GRPO on one model that plays both roles (``hf`` generation, torch updates).
+
+    Under ``accelerate launch`` (DDP; on CPU, ``--multi_gpu`` with gloo) each process
+    plays the groups of its share of the step's tasks, all rollouts are gathered, and
+    every minibatch is split across the processes row by row with each role's loss
+    normalised by the whole minibatch's token count, so the update is the one a single
+    process makes on the same global batch.
+    """
 
     def __init__(self, config: TrainConfig):
+        from accelerate import Accelerator
+
         self.cfg = config
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         random.seed(config.seed)
         torch.manual_seed(config.seed)
+        device = str(self.accelerator.device)
         self.agent = agents.load(config.model, max_new_tokens=config.max_new_tokens,
-                                 temperature=config.temperature, seed=config.seed)
+                                 temperature=config.temperature, seed=config.seed + self.rank,
+                                 **({"device": device} if config.model.startswith(("hf:", "smollm2")) else {}))
         self.model, self.tokenizer = self.agent.model, self.agent.tokenizer
         self.reference = copy.deepcopy(self.model).eval() if config.kl_coef else None
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr)
+        self.train_model, self.optimizer = self.accelerator.prepare(
+            self.model, torch.optim.AdamW(self.model.parameters(), lr=config.lr))
         rows = config.tasks_per_step * config.group_size
         updates = config.steps * config.epochs * -(-rows // config.minibatch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda k: max(0.0, 1.0 - k / updates))
         make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns)
         self.envs = [gym.make(config.env_id, split=config.split, **make)
-                     for _ in range(config.tasks_per_step * config.group_size)]
+                     for _ in range(len(self._my_tasks(range(config.tasks_per_step))) * config.group_size)]
         self.task_ids = self.envs[0].unwrapped.task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
         self.eval_env = gym.make(config.env_id, split=config.eval_split, dynamics=config.eval_dynamics,
                                  max_turns=config.max_turns)
         self.step, self.cursor = 0, 0
 
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    def _my_tasks(self, tasks):
+        return list(tasks)[self.rank::self.world]
+
     # the loop ---------------------------------------------------------------
     def train(self) -> list[dict]:
         records = []
         board = None
-        if self.cfg.tensorboard:
+        main = self.accelerator.is_main_process
+        if self.cfg.tensorboard and main:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step drops what a killed run logged after the checkpoint it resumed from
             board = SummaryWriter(str(self.out / "tensorboard"), purge_step=self.step + 1)
         while self.step < self.cfg.steps:
             record = self.train_step()
-            if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
+            if main and self.cfg.eval_every and (self.step % self.cfg.eval_every == 0
+                                                 or self.step == self.cfg.steps):
                 record.update(self.evaluate())
             records.append(record)
-            with (self.out / "metrics.jsonl").open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            if main:
+                with (self.out / "metrics.jsonl").open("a") as f:
+                    f.write(json.dumps(record) + "\n")
             if board is not None:
                 for key, value in record.items():
                     if isinstance(value, (int, float)) and key != "step":
                         board.add_scalar(key, value, self.step)
                 board.flush()
             if self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps:
-                self.save()
+                if main:
+                    self.save()
+                self.accelerator.wait_for_everyone()
         if board is not None:
             board.close()
-        plot_metrics(self.out / "metrics.jsonl", self.out / "metrics.png")
+        if main:
+            plot_metrics(self.out / "metrics.jsonl", self.out / "metrics.png")
         return records
 
     def train_step(self) -> dict:
@@ -115,7 +145,15 @@ class Trainer:
                  for i in range(self.cfg.tasks_per_step)]
         self.cursor += self.cfg.tasks_per_step
         self.model.eval()
-        rollouts = collect(self.agent, self.envs, tasks, self.cfg.group_size, seed=self.cfg.seed + 1000 * self.step)
+        mine = self._my_tasks(range(len(tasks)))
+        rollouts = collect(self.agent, self.envs, [tasks[i] for i in mine], self.cfg.group_size,
+                           seed=self.cfg.seed + 1000 * self.step + 100 * self.rank)
+        for r in rollouts:
+            r.group = mine[r.group]  # the task's index in the step, the same on every process
+        if self.world > 1:
+            from accelerate.utils import gather_object
+
+            rollouts = sorted(gather_object(rollouts), key=lambda r: r.group)
         sampled = time.perf_counter()
         stats = self.update(rollouts)
         self.step += 1
@@ -147,22 +185,28 @@ class Trainer:
         advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages)
         weights = {role: 1.0 if role in cfg.roles else 0.0 for role in ROLES}
         ref = None
+        device = self.accelerator.device
         if self.reference is not None:
             with torch.no_grad():
-                ref = token_logprobs(self.reference, ids, mask, cfg.temperature)
-        self.model.train()
+                ref = token_logprobs(self.reference, ids.to(device), mask.to(device), cfg.temperature).cpu()
+        self.train_model.train()
         collected: dict[str, list[float]] = {}
         for _ in range(cfg.epochs):
             for start in range(0, len(rollouts), cfg.minibatch):
-                mb = slice(start, start + cfg.minibatch)
-                logprobs = token_logprobs(self.model, ids[mb], mask[mb], cfg.temperature)
+                rows_all = list(range(start, min(start + cfg.minibatch, len(rollouts))))
+                counts = {role: int((roles[rows_all] == ROLE_IDS[role]).sum()) for role in ROLES}
+                if not any(counts[role] and weights[role] for role in ROLES):
+                    continue  # no tokens of a trained role in this minibatch (the same on every process)
+                mb = rows_all[self.rank::self.world]
+                logprobs = token_logprobs(self.train_model, ids[mb].to(device), mask[mb].to(device),
+                                          cfg.temperature).cpu()
                 loss, stats = grpo_loss(logprobs, old[mb], advantages[mb], roles[mb], cfg.clip_eps,
-                                        None if ref is None else ref[mb], cfg.kl_coef, weights)
-                if not loss.requires_grad:
-                    continue  # no tokens of a trained role in this minibatch
+                                        None if ref is None else ref[mb], cfg.kl_coef, weights, counts)
+                # DDP averages gradients over processes; each holds a share of the token sums
+                loss = loss * self.world + 0.0 * logprobs.sum()
                 self.optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                self.accelerator.backward(loss)
+                self.accelerator.clip_grad_norm_(self.model.parameters(), 1.0)
                 self.optimizer.step()
                 self.scheduler.step()
                 for k, v in stats.items():

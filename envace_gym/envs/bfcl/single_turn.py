@@ -67,7 +67,7 @@ class NoBackend(World):
         return self
 
 
-class UserOf(User):
+class QuestionUser(User):
     """Says the entry's last user message (everything before it is the episode's opening)."""
 
     def __init__(self, text: str):
@@ -126,7 +126,7 @@ class SingleTurnSuite(Suite):
         if isinstance(kind, User):
             return kind
         if kind == "scripted":
-            return UserOf(self._messages(task)[-1]["content"])
+            return QuestionUser(self._messages(task)[-1]["content"])
         raise ValueError(f"BFCL users say the entry's question: use user='scripted' or a User, not {kind!r}")
 
     # evaluation --------------------------------------------------------------
