@@ -147,16 +147,20 @@ def train(
     eval_every: Annotated[int, typer.Option(help="Evaluate every N steps (0: never).")] = 5,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    lora_rank: Annotated[int, typer.Option(help="Train LoRA adapters of this rank (0: all weights).")] = 0,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")] = False,
 ) -> None:
-    """Role-wise GRPO: train one model to act and to rehearse, evaluate it in the real env."""
+    """Role-wise GRPO: train one model to act and to rehearse, evaluate it in the real env.
+
+    Several processes: ``accelerate launch [--multi_gpu --num_processes N] -m envace_gym.cli train ...``.
+    """
     from envace_gym.training import CheckpointError, TrainConfig, Trainer
 
     config = TrainConfig(model=model, env_id=env, out=str(out), dynamics=dynamics, eval_dynamics=eval_dynamics,
                          reward=reward, group_size=group_size, tasks_per_step=tasks_per_step, steps=steps,
                          lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
                          max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
-                         save_every=save_every, seed=seed)
+                         save_every=save_every, seed=seed, lora_rank=lora_rank)
     trainer = Trainer(config)
     if resume:
         try:
@@ -164,7 +168,10 @@ def train(
         except CheckpointError as e:
             console.print(f"[red]error:[/red] {e}")
             raise typer.Exit(2) from None
-    for record in trainer.train():
+    records = trainer.train()
+    if not trainer.accelerator.is_main_process:
+        return
+    for record in records:
         console.print(f"step {record['step']}: reward {record['reward']:.3f} · "
                       f"{record['tokens_per_s']:.0f} tokens/s")
     console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'}")

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from envace_gym.training import CheckpointError, TrainConfig, Trainer
 
@@ -59,3 +60,20 @@ def test_a_corrupted_checkpoint_is_refused(tiny, tmp_path):
     (folder / "manifest.json").unlink()
     with pytest.raises(CheckpointError, match="manifest"):
         fresh.resume()
+
+
+def test_lora_trains_only_the_adapter_and_resumes_it(tiny, tmp_path):
+    config = _config(tiny, tmp_path, 1)
+    config.lora_rank = 4
+    trainer = Trainer(config)
+    base = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train_step()
+    folder = trainer.save()
+    after = trainer.model.state_dict()
+    changed = {k for k in base if not torch.equal(base[k], after[k])}
+    assert changed and all("lora_" in k for k in changed)  # base weights stay as they were
+    assert (folder / "adapter_model.safetensors").exists() and not (folder / "model.safetensors").exists()
+    resumed = Trainer(config)
+    resumed.resume()
+    for key in changed:
+        assert torch.equal(resumed.model.state_dict()[key], after[key])

@@ -53,6 +53,7 @@ class TrainConfig:
     save_every: int = 5
     seed: int = 0
     tensorboard: bool = True  # also log the metrics as TensorBoard scalars in OUT/tensorboard
+    lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft) on every linear layer instead
 
 
 class Trainer:
@@ -78,10 +79,17 @@ class Trainer:
         self.agent = agents.load(config.model, max_new_tokens=config.max_new_tokens,
                                  temperature=config.temperature, seed=config.seed + self.rank,
                                  **({"device": device} if config.model.startswith(("hf:", "smollm2")) else {}))
+        if config.lora_rank:
+            from peft import LoraConfig, get_peft_model
+
+            self.agent.model = get_peft_model(self.agent.model, LoraConfig(
+                r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
+                target_modules="all-linear", task_type="CAUSAL_LM"))
         self.model, self.tokenizer = self.agent.model, self.agent.tokenizer
         self.reference = copy.deepcopy(self.model).eval() if config.kl_coef else None
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model, self.optimizer = self.accelerator.prepare(
-            self.model, torch.optim.AdamW(self.model.parameters(), lr=config.lr))
+            self.model, torch.optim.AdamW(trainable, lr=config.lr))
         rows = config.tasks_per_step * config.group_size
         updates = config.steps * config.epochs * -(-rows // config.minibatch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda k: max(0.0, 1.0 - k / updates))
@@ -190,6 +198,7 @@ class Trainer:
             with torch.no_grad():
                 ref = token_logprobs(self.reference, ids.to(device), mask.to(device), cfg.temperature).cpu()
         self.train_model.train()
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
         collected: dict[str, list[float]] = {}
         for _ in range(cfg.epochs):
             for start in range(0, len(rollouts), cfg.minibatch):
@@ -206,7 +215,7 @@ class Trainer:
                 loss = loss * self.world + 0.0 * logprobs.sum()
                 self.optimizer.zero_grad()
                 self.accelerator.backward(loss)
-                self.accelerator.clip_grad_norm_(self.model.parameters(), 1.0)
+                self.accelerator.clip_grad_norm_(trainable, 1.0)
                 self.optimizer.step()
                 self.scheduler.step()
                 for k, v in stats.items():
@@ -246,11 +255,18 @@ class Trainer:
         if folder is None:
             raise checkpoint.CheckpointError(f"no checkpoint to resume in {self.out}")
         state = checkpoint.load_state(folder)
-        weights = load_file(folder / "model.safetensors")
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        if unexpected or [k for k in missing if "lm_head" not in k]:
-            raise checkpoint.CheckpointError(f"{folder} does not hold this model's weights")
-        self.model.tie_weights()
+        if self.cfg.lora_rank:  # the checkpoint holds the adapter; the base model is config.model
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(self.model, load_file(folder / "adapter_model.safetensors"))
+            if result.unexpected_keys:
+                raise checkpoint.CheckpointError(f"{folder} does not hold this run's adapter")
+        else:
+            weights = load_file(folder / "model.safetensors")
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            if unexpected or [k for k in missing if "lm_head" not in k]:
+                raise checkpoint.CheckpointError(f"{folder} does not hold this model's weights")
+            self.model.tie_weights()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
