@@ -12,6 +12,7 @@ import urllib.request
 
 import gymnasium as gym
 import pytest
+import torch
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
@@ -97,3 +98,25 @@ def test_openai_agent_against_vllm_serve_and_a_killed_server(served):
     with pytest.raises(ModelServerError, match="127.0.0.1"):
         agent.act(obs)
     assert json.dumps(env.unwrapped.episode.messages) == before  # nothing lost
+
+
+def test_trainer_generates_with_vllm_and_pushes_its_weights(tiny, tmp_path):
+    from envace_gym.training import TrainConfig, Trainer
+
+    config = TrainConfig(model=f"vllm:{tiny}", env_id="EnvACE/tau2-retail-v0", out=str(tmp_path),
+                         group_size=2, tasks_per_step=1, steps=1, lr=1e-2, max_new_tokens=8, max_turns=2,
+                         temperature=1.0, eval_every=0, engine_kwargs=ENGINE)
+    trainer = Trainer(config)
+
+    def engine_embedding():
+        return trainer.engine.llm.apply_model(
+            lambda model: dict(model.named_parameters())["model.embed_tokens.weight"].detach().clone())[0]
+
+    before = engine_embedding()
+    assert torch.equal(before, trainer.model.model.embed_tokens.weight.detach())
+    record = trainer.train_step()
+    assert record["tokens"] > 0 and record["tokens/act"] > 0
+    after = engine_embedding()
+    assert not torch.equal(after, before)  # the update reached the engine
+    assert torch.equal(after, trainer.model.model.embed_tokens.weight.detach())
+    trainer.engine.close()

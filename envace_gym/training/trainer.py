@@ -54,10 +54,15 @@ class TrainConfig:
     seed: int = 0
     tensorboard: bool = True  # also log the metrics as TensorBoard scalars in OUT/tensorboard
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft) on every linear layer instead
+    engine_kwargs: dict = field(default_factory=dict)  # for vllm:PATH models: passed to vllm.LLM
 
 
 class Trainer:
-    """Role-wise GRPO on one model that plays both roles (``hf`` generation, torch updates).
+    """Role-wise GRPO on one model that plays both roles (torch updates).
+
+    Generation goes through ``hf`` (the trained model itself) or, for a ``vllm:PATH``
+    model, through a vLLM engine in the same process that gets the trained weights
+    after every update.
 
     Under ``accelerate launch`` (DDP; on CPU, ``--multi_gpu`` with gloo) each process
     plays the groups of its share of the step's tasks, all rollouts are gathered, and
@@ -76,16 +81,29 @@ class Trainer:
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         device = str(self.accelerator.device)
-        self.agent = agents.load(config.model, max_new_tokens=config.max_new_tokens,
-                                 temperature=config.temperature, seed=config.seed + self.rank,
-                                 **({"device": device} if config.model.startswith(("hf:", "smollm2")) else {}))
+        sampling = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                        seed=config.seed + self.rank)
+        self.engine = None
+        if config.model.startswith("vllm:"):  # vLLM generates; a torch copy of the model trains
+            if config.lora_rank:
+                raise ValueError("lora_rank with a vllm: model is not supported; use hf:PATH")
+            from transformers import AutoModelForCausalLM
+
+            self.agent = self.engine = agents.load(config.model, in_process=True, **sampling,
+                                                   **config.engine_kwargs)
+            model = AutoModelForCausalLM.from_pretrained(config.model.partition(":")[2],
+                                                         dtype=torch.float32).to(device)
+        else:
+            self.agent = agents.load(config.model, **sampling,
+                                     **({"device": device} if config.model.startswith(("hf:", "smollm2")) else {}))
+            model = self.agent.model
         if config.lora_rank:
             from peft import LoraConfig, get_peft_model
 
-            self.agent.model = get_peft_model(self.agent.model, LoraConfig(
+            model = self.agent.model = get_peft_model(model, LoraConfig(
                 r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
                 target_modules="all-linear", task_type="CAUSAL_LM"))
-        self.model, self.tokenizer = self.agent.model, self.agent.tokenizer
+        self.model, self.tokenizer = model, self.agent.tokenizer
         self.reference = copy.deepcopy(self.model).eval() if config.kl_coef else None
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model, self.optimizer = self.accelerator.prepare(
@@ -220,6 +238,8 @@ class Trainer:
                 self.scheduler.step()
                 for k, v in stats.items():
                     collected.setdefault(k, []).append(v)
+        if self.engine is not None:
+            self.engine.load_weights(self.model.named_parameters())
         out = {k: statistics.fmean(v) for k, v in collected.items()}
         for role in ROLES:
             chosen = advantages[roles == ROLE_IDS[role]]
@@ -267,6 +287,8 @@ class Trainer:
             if unexpected or [k for k in missing if "lm_head" not in k]:
                 raise checkpoint.CheckpointError(f"{folder} does not hold this model's weights")
             self.model.tie_weights()
+        if self.engine is not None:
+            self.engine.load_weights(self.model.named_parameters())
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
