@@ -148,6 +148,8 @@ def train(
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     lora_rank: Annotated[int, typer.Option(help="Train LoRA adapters of this rank (0: all weights).")] = 0,
+    rehearsal_format: Annotated[str, typer.Option(help="inline (one row per episode) or prompted "
+                                                       "(a row per rehearse generation).")] = "inline",
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")] = False,
 ) -> None:
     """Role-wise GRPO: train one model to act and to rehearse, evaluate it in the real env.
@@ -160,7 +162,8 @@ def train(
                          reward=reward, group_size=group_size, tasks_per_step=tasks_per_step, steps=steps,
                          lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
                          max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
-                         save_every=save_every, seed=seed, lora_rank=lora_rank)
+                         save_every=save_every, seed=seed, lora_rank=lora_rank,
+                         rehearsal_format=rehearsal_format)
     trainer = Trainer(config)
     if resume:
         try:

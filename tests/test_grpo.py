@@ -102,3 +102,30 @@ def test_kl_penalty_is_zero_at_the_reference_and_positive_away_from_it():
     _, at_ref = grpo_loss(logprobs, logprobs, zero, roles, ref_logprobs=logprobs, kl_coef=0.1)
     loss, away = grpo_loss(logprobs, logprobs, zero, roles, ref_logprobs=logprobs - 0.5, kl_coef=0.1)
     assert at_ref["kl/act"] == 0.0 and away["kl/act"] > 0 and loss > 0
+
+
+@pytest.mark.parametrize("baseline", ["episode", "row"])
+def test_prompted_rows_get_their_episodes_advantages(baseline):
+    """Splitting each episode into a conversation row and one row per rehearse generation
+    leaves every token's advantage as it is with one row per episode."""
+    rewards = torch.tensor([1.0, 0.0, 1.0, 3.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    act_gens, rehearse_gens = [1, 2, 1, 1], [2, 0, 1, 1]
+    c, a, r = ROLE_IDS["context"], ROLE_IDS["act"], ROLE_IDS["rehearse"]
+    inline = token_advantages(rewards, groups, torch.tensor([[c, a, r]] * 4),
+                              {"act": torch.tensor(act_gens), "rehearse": torch.tensor(rehearse_gens)}, baseline)
+    row_rewards, row_groups, row_roles, row_episodes, gens_a, gens_r = [], [], [], [], [], []
+    for e in range(4):
+        for kind, n in [("act", 1)] + [("rehearse", 1)] * rehearse_gens[e]:
+            row_rewards.append(rewards[e].item())
+            row_groups.append(groups[e].item())
+            row_episodes.append(e)
+            row_roles.append([c, a if kind == "act" else r])
+            gens_a.append(act_gens[e] if kind == "act" else 0)
+            gens_r.append(1 if kind == "rehearse" else 0)
+    prompted = token_advantages(torch.tensor(row_rewards), torch.tensor(row_groups), torch.tensor(row_roles),
+                                {"act": torch.tensor(gens_a), "rehearse": torch.tensor(gens_r)}, baseline,
+                                episodes=torch.tensor(row_episodes))
+    for row, e in enumerate(row_episodes):
+        column = 1 if row_roles[row][1] == a else 2
+        assert torch.isclose(prompted[row, 1], inline[e, column])

@@ -45,3 +45,22 @@ def test_sampled_ids_are_the_trained_ids(tiny):
         for p, g in mine:  # each generation was sampled from the sequence itself
             assert r.logprobs[len(p):len(p) + len(g.completion_ids)] == g.logprobs
         assert r.info["ended_by"] in {"max_turns", "user_stop", "transfer"}
+
+
+def test_prompted_rehearsals_are_rows_of_their_own(tiny):
+    agent = Recorder(agents.load(f"hf:{tiny}", max_new_tokens=16, temperature=1.0, seed=3))
+    envs = [gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=2, rehearsal_format="prompted")
+            for _ in range(2)]
+    rows = collect(agent, envs, ["5"], group_size=2, seed=0)
+    conversations, rehearsals = rows[:2], rows[2:]
+    assert [r.episode for r in conversations] == [0, 1] and len(rehearsals) == 4  # 2 calls per episode
+    for r in conversations:
+        assert r.generations == {"act": 2, "rehearse": 0} and ROLE_IDS["rehearse"] not in r.roles
+    by_prompt = {tuple(p): g for p, g in agent.calls}
+    for row in rehearsals:
+        assert row.generations == {"act": 0, "rehearse": 1}
+        prompt = row.roles.index(ROLE_IDS["rehearse"])
+        gen = by_prompt[tuple(row.ids[:prompt])]  # the simulator prompt it was sampled from
+        assert row.ids[prompt:] == gen.completion_ids and row.logprobs[prompt:] == gen.logprobs
+        assert row.reward == conversations[row.episode].reward
+        assert "tool executor" in agent.tokenizer.decode(row.ids[:prompt]).lower()

@@ -77,3 +77,11 @@ def test_lora_trains_only_the_adapter_and_resumes_it(tiny, tmp_path):
     resumed.resume()
     for key in changed:
         assert torch.equal(resumed.model.state_dict()[key], after[key])
+
+
+def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_path):
+    config = _config(tiny, tmp_path, 1)
+    config.rehearsal_format = "prompted"
+    record = Trainer(config).train_step()
+    assert record["rows"] >= 2 and record["tokens"] > 0
+    assert {"loss/act", "reward/act"} <= set(record)

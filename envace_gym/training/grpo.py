@@ -44,20 +44,30 @@ def group_advantages(rewards: torch.Tensor, counts: torch.Tensor, baseline: str 
 
 def token_advantages(rewards: torch.Tensor, groups: torch.Tensor, role_ids: torch.Tensor,
                      generations: dict[str, torch.Tensor], baseline: str = "episode",
-                     scale: bool = False) -> torch.Tensor:
-    """Per-token advantages ``[B, T]`` for a batch of episodes (one row each).
+                     scale: bool = False, episodes: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token advantages ``[B, T]`` for a batch of training rows.
 
-    ``groups[b]`` is the group of episode b, ``role_ids[b, t]`` the role of each token
-    (:data:`ROLE_IDS`), ``generations[r][b]`` the number of role-r generations of b.
+    ``groups[b]`` is the group of row b, ``role_ids[b, t]`` the role of each token
+    (:data:`ROLE_IDS`), ``generations[r][b]`` the number of role-r generations in b.
+    A row is one episode unless ``episodes[b]`` says which episode it belongs to
+    (``prompted`` rehearsal: an episode's conversation row and one row per rehearse
+    generation); the baselines are then taken over episodes, the rows summed into them.
     """
+    if episodes is None:
+        episodes = torch.arange(len(rewards))
+    ids, row_episode = episodes.unique(return_inverse=True)
+    first = torch.zeros(len(ids), dtype=torch.long).scatter_(0, row_episode.flip(0),
+                                                             torch.arange(len(rewards)).flip(0))
+    episode_rewards, episode_groups = rewards[first], groups[first]
     out = torch.zeros(role_ids.shape, dtype=rewards.dtype)
     for role in ROLES:
-        per_episode = torch.zeros_like(rewards)
-        for g in groups.unique():
-            members = groups == g
-            per_episode[members] = group_advantages(rewards[members], generations[role][members],
-                                                    baseline, scale)
-        out = torch.where(role_ids == ROLE_IDS[role], per_episode[:, None], out)
+        counts = torch.zeros(len(ids), dtype=generations[role].dtype).index_add_(0, row_episode,
+                                                                              generations[role])
+        per_episode = torch.zeros_like(episode_rewards)
+        for g in episode_groups.unique():
+            members = episode_groups == g
+            per_episode[members] = group_advantages(episode_rewards[members], counts[members], baseline, scale)
+        out = torch.where(role_ids == ROLE_IDS[role], per_episode[row_episode][:, None], out)
     return out
 
 

@@ -5,6 +5,9 @@ from that sequence's ids and appended as sampled, tagged ``act`` or
 ``rehearse`` with their sampler log-probs; what the env, the user and the
 template add in between is tokenized as a delta of the rendered prompt and
 tagged ``context``. The trainer therefore learns on exactly the sampled tokens.
+With prompted rehearsal (the EnvACE paper's layout) every rehearse generation is
+a row of its own, its simulator prompt as context; the episode's conversation
+row holds the act tokens and sees the rehearsed responses as context.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class Rollout:
 
     task_id: str
     group: int
+    episode: int = 0  # which episode of the batch this row belongs to
     ids: list[int] = field(default_factory=list)
     roles: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -57,38 +61,53 @@ def _context_delta(rollout: Rollout, prompt: str, eos: str) -> str:
 
 
 def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, seed: int = 0) -> list[Rollout]:
-    """Play ``group_size`` episodes of every task (one env each), generations batched across envs."""
+    """Play ``group_size`` episodes of every task (one env each), generations batched across envs.
+
+    Returns the conversation row of every episode (in task order), then the rows of
+    prompted rehearse generations, if any.
+    """
     assert len(envs) == len(task_ids) * group_size, "one env per episode"
     tok = agent.tokenizer
-    rollouts = [Rollout(task_id=t, group=g) for g, t in enumerate(task_ids) for _ in range(group_size)]
+    rollouts = [Rollout(task_id=t, group=g, episode=g * group_size + k)
+                for g, t in enumerate(task_ids) for k in range(group_size)]
+    extra: list[Rollout] = []
     observations = [env.reset(seed=seed + i, options={"task_id": r.task_id})[0]
                     for i, (env, r) in enumerate(zip(envs, rollouts))]
     active = list(range(len(envs)))
     while active:
-        prompts, stops = [], []
+        prompts, stops, rows = [], [], []
         for i in active:
             obs = observations[i]
-            if obs["role"] == "rehearse" and not is_inline_rehearsal(obs):
-                raise ValueError("token-in/token-out rollouts need rehearsal_format='inline'")
             text, stop = render_prompt(tok, obs)
-            delta = _context_delta(rollouts[i], text, tok.eos_token)
-            rollouts[i].extend(tok(delta, add_special_tokens=False)["input_ids"], "context")
-            rollouts[i]._text = text
-            prompts.append(list(rollouts[i].ids))
+            if obs["role"] == "rehearse" and not is_inline_rehearsal(obs):
+                row = Rollout(task_id=rollouts[i].task_id, group=rollouts[i].group, episode=rollouts[i].episode)
+                row.extend(tok(text, add_special_tokens=False)["input_ids"], "context")
+                extra.append(row)
+            else:
+                row = rollouts[i]
+                delta = _context_delta(row, text, tok.eos_token)
+                row.extend(tok(delta, add_special_tokens=False)["input_ids"], "context")
+                row._text = text
+            rows.append(row)
+            prompts.append(list(row.ids))
             stops.append(stop)
         gens = agent.generate_ids(prompts, stops)
         still = []
-        for i, gen, stop in zip(active, gens, stops):
-            r, role = rollouts[i], observations[i]["role"]
-            r.extend(gen.completion_ids, role, gen.logprobs)
-            r.generations[role] += 1
+        for i, row, gen, stop in zip(active, rows, gens, stops):
+            role = observations[i]["role"]
+            row.extend(gen.completion_ids, role, gen.logprobs)
+            row.generations[role] += 1
             closing = stop if stop else tok.eos_token
-            r._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
+            row._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
             obs, reward, terminated, truncated, info = envs[i].step(gen.text)
             observations[i] = obs
             if terminated or truncated:
+                r = rollouts[i]
                 r.reward, r.info = reward, {k: info.get(k) for k in ("ended_by", "reward_source", "turn")}
+                for other in extra:
+                    if other.episode == r.episode:
+                        other.reward, other.info = r.reward, r.info
             else:
                 still.append(i)
         active = still
-    return rollouts
+    return rollouts + extra

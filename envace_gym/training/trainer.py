@@ -48,6 +48,7 @@ class TrainConfig:
     max_new_tokens: int = 64
     temperature: float = 1.0
     max_turns: int = 8
+    rehearsal_format: str = "inline"  # or "prompted": every rehearse generation its own row
     eval_every: int = 5
     eval_tasks: int = 4
     save_every: int = 5
@@ -111,7 +112,8 @@ class Trainer:
         rows = config.tasks_per_step * config.group_size
         updates = config.steps * config.epochs * -(-rows // config.minibatch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda k: max(0.0, 1.0 - k / updates))
-        make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns)
+        make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns,
+                    rehearsal_format=config.rehearsal_format)
         self.envs = [gym.make(config.env_id, split=config.split, **make)
                      for _ in range(len(self._my_tasks(range(config.tasks_per_step))) * config.group_size)]
         self.task_ids = self.envs[0].unwrapped.task_ids
@@ -174,8 +176,9 @@ class Trainer:
         mine = self._my_tasks(range(len(tasks)))
         rollouts = collect(self.agent, self.envs, [tasks[i] for i in mine], self.cfg.group_size,
                            seed=self.cfg.seed + 1000 * self.step + 100 * self.rank)
-        for r in rollouts:
-            r.group = mine[r.group]  # the task's index in the step, the same on every process
+        for r in rollouts:  # the task's index in the step and a batch-wide episode id, as on one process
+            r.episode = mine[r.group] * self.cfg.group_size + r.episode % self.cfg.group_size
+            r.group = mine[r.group]
         if self.world > 1:
             from accelerate.utils import gather_object
 
@@ -184,12 +187,17 @@ class Trainer:
         stats = self.update(rollouts)
         self.step += 1
         tokens = sum(len(r.ids) for r in rollouts)
-        rewards = [r.reward for r in rollouts]
-        record = {"step": self.step, "tasks": tasks, "reward": statistics.fmean(rewards),
+        episodes: dict[int, dict] = {}  # rows summed into their episodes (prompted rows share one)
+        for r in rollouts:
+            e = episodes.setdefault(r.episode, {"reward": r.reward, "act": 0, "rehearse": 0})
+            for role in ROLES:
+                e[role] += r.generations[role]
+        record = {"step": self.step, "tasks": tasks,
+                  "reward": statistics.fmean(e["reward"] for e in episodes.values()), "rows": len(rollouts),
                   "tokens": tokens, "tokens_per_s": tokens / (time.perf_counter() - start),
                   "rollout_s": sampled - start, "update_s": time.perf_counter() - sampled, **stats}
         for role in ROLES:
-            having = [r.reward for r in rollouts if r.generations[role]]
+            having = [e["reward"] for e in episodes.values() if e[role]]
             record[f"reward/{role}"] = statistics.fmean(having) if having else None
         return record
 
@@ -207,8 +215,10 @@ class Trainer:
         old = rows([r.logprobs for r in rollouts], 0.0, torch.float32)
         rewards = torch.tensor([r.reward for r in rollouts])
         groups = torch.tensor([r.group for r in rollouts])
+        episodes = torch.tensor([r.episode for r in rollouts])
         gens = {role: torch.tensor([r.generations[role] for r in rollouts]) for role in ROLES}
-        advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages)
+        advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages,
+                                      episodes)
         weights = {role: 1.0 if role in cfg.roles else 0.0 for role in ROLES}
         ref = None
         device = self.accelerator.device
