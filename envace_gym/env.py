@@ -9,11 +9,12 @@ from typing import Any
 
 import gymnasium as gym
 
+from envace_gym.endpoint import ModelServerError
 from envace_gym.errors import ErrorCode, ToolError, error_code_of
 from envace_gym.fidelity import fidelity
 from envace_gym.messages import ToolCall, assistant_message, parse_act, parse_rehearsal, tool_message
 from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
-from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward
+from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
 from envace_gym.suite import CallRecord, Episode, Response, Suite, User, recording_key
 
@@ -69,6 +70,7 @@ class EnvACEEnv(gym.Env):
         for task_id in self.task_ids:
             suite.task(task_id)  # fail early on unknown ids
         self._check_dynamics(dynamics, simulator)
+        reward = resolve_reward(reward)
         if reward is not None:
             check_reward(reward, dynamics)
         if not 0.0 <= p_real <= 1.0:
@@ -141,7 +143,11 @@ class EnvACEEnv(gym.Env):
         if ep.ended_by is not None:
             truncated = ep.truncated
             terminated = not truncated
-            reward, info["reward_source"], info["reward_info"] = compute_reward(self._reward, ep)
+            try:
+                reward, info["reward_source"], info["reward_info"] = compute_reward(self._reward, ep)
+            except ModelServerError as e:  # a judge that cannot be reached: the episode is kept
+                info["reward_source"] = getattr(self._reward, "__name__", "callable")
+                info["reward_info"], info["error"] = {}, str(e)
             info["ended_by"] = ep.ended_by
         return self._obs(), reward, terminated, truncated, info
 

@@ -14,6 +14,7 @@ class ErrorCode(StrEnum):
     EXECUTION_ERROR = "execution_error"
     MALFORMED_RESPONSE = "malformed_response"
     NO_RECORDING = "no_recording"
+    MALFORMED_JUDGEMENT = "malformed_judgement"
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Union
 
+from envace_gym.endpoint import ChatEndpoint
+from envace_gym.errors import ErrorCode
+from envace_gym.messages import parse_rehearsal
 from envace_gym.suite import Episode
 
 RewardFn = Callable[[Episode], Union[float, tuple[float, dict]]]
@@ -30,12 +34,72 @@ def replay_reward(episode: Episode) -> tuple[float, dict]:
 
 REWARDS: dict[str, RewardFn] = {"world": world_reward, "actions": actions_reward, "replay": replay_reward}
 
+JUDGE_INSTRUCTION = (
+    "You grade one episode of an assistant that works with tools. You are given what the task "
+    "required and the episode's messages. Reply with one JSON object and nothing else: "
+    '{"score": a number from 0 (failed) to 1 (fully done), "reason": one short sentence}.')
+
+
+class JudgeReward:
+    """An LLM judge on any OpenAI-compatible server (``reward="judge:MODEL@BASE_URL"``).
+
+    The judge sees the suite's success criteria and the episode (system prompt left
+    out); its reply is data: one bounded JSON object whose ``score`` must be a number
+    in [0, 1], else the reward is 0 with a ``malformed_judgement`` error. A server
+    that cannot be reached raises :class:`~envace_gym.endpoint.ModelServerError`.
+    """
+
+    __name__ = "judge"
+
+    def __init__(self, model: str, base_url: str, api_key: str = "EMPTY", timeout: float = 60.0,
+                 max_retries: int = 3, max_chars: int = 48_000, max_tokens: int = 256):
+        self.endpoint = ChatEndpoint(base_url, model, api_key, timeout, max_retries)
+        self.max_chars, self.max_tokens = max_chars, max_tokens
+
+    @classmethod
+    def from_spec(cls, spec: str) -> JudgeReward:
+        model, _, base_url = spec.removeprefix("judge:").partition("@")
+        if not model or not base_url:
+            raise ValueError(f"a judge reward is 'judge:MODEL@BASE_URL', got {spec!r}")
+        return cls(model, base_url)
+
+    def __call__(self, episode: Episode) -> tuple[float, dict]:
+        lines = []
+        for m in episode.messages[1:]:
+            calls = [f"{c['function']['name']}({json.dumps(c['function']['arguments'])})"
+                     for c in m.get("tool_calls", [])]
+            lines.append(f"[{m['role']}] {m.get('content') or ''} {' '.join(calls)}".rstrip())
+        transcript = "\n".join(lines)[-self.max_chars:]
+        prompt = (f"What the task required:\n{episode.suite.criteria(episode.task)}\n\n"
+                  f"The episode:\n{transcript}")
+        reply = self.endpoint.chat([{"role": "system", "content": JUDGE_INSTRUCTION},
+                                    {"role": "user", "content": prompt}],
+                                   temperature=0.0, max_tokens=self.max_tokens)
+        text = reply.content or ""
+        value, error = parse_rehearsal(text)
+        score = value.get("score") if isinstance(value, dict) else None
+        if error is not None or isinstance(score, bool) or not isinstance(score, (int, float)) \
+                or not 0.0 <= score <= 1.0:
+            message = error.message if error else "the judge's reply has no 'score' in [0, 1]"
+            return 0.0, {"error": {"code": str(ErrorCode.MALFORMED_JUDGEMENT), "message": message},
+                         "reply": text[:500]}
+        return float(score), {"judge": {"score": float(score), "reason": str(value.get("reason", ""))[:500],
+                                        "model": self.endpoint.model}}
+
+
+def resolve_reward(reward: str | RewardFn | None) -> str | RewardFn | None:
+    """A reward as the env keeps it: ``judge:MODEL@URL`` becomes a :class:`JudgeReward`."""
+    if isinstance(reward, str) and reward.startswith("judge:"):
+        return JudgeReward.from_spec(reward)
+    return reward
+
 
 def check_reward(reward: str | RewardFn, dynamics: str) -> None:
     if callable(reward):
         return
     if reward not in REWARDS:
-        raise ValueError(f"unknown reward {reward!r}; use one of {sorted(REWARDS)} or a callable")
+        raise ValueError(f"unknown reward {reward!r}; use one of {sorted(REWARDS)}, "
+                         "'judge:MODEL@BASE_URL' or a callable")
     if reward == "world" and dynamics not in WORLD_DYNAMICS:
         raise ValueError(f"reward='world' reads the real world, which {dynamics!r} dynamics never "
                          "touch; use reward='replay' or 'actions'")

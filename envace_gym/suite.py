@@ -185,6 +185,11 @@ class Suite(ABC):
     def oracle_plan(self, task: Task) -> list[Any]:
         """The act actions an oracle plays, in order."""
 
+    def criteria(self, task: Task) -> str:
+        """The task's success criteria in words, for an LLM judge (never shown to the agent)."""
+        calls = "\n".join(f"- {c['name']}({json.dumps(c['arguments'])})" for c in self.gold_calls(task))
+        return f"The tool calls a correct episode makes:\n{calls or '- none'}"
+
     @cached_property
     def _recordings(self) -> dict[str, dict]:
         return {}

@@ -2,13 +2,12 @@
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
 
 import envace_gym  # noqa: F401
+from conftest import FakeChatServer
 from envace_gym.endpoint import ModelServerError
 from envace_gym.envs.tau2 import get_suite
 from envace_gym.envs.tau2.users import LLMUser, ScriptedUser
@@ -45,37 +44,6 @@ def test_scripted_telecom_user_acts_on_the_phone_when_asked():
     assert reply.calls[0].error is None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    replies: list = []
-    requests: list = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append(body)
-        message = type(self).replies.pop(0) if type(self).replies else {"role": "assistant", "content": "ok"}
-        payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                   "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    _Handler.replies, _Handler.requests = [], []
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", httpd
-    httpd.shutdown()
-
-
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,14 +52,14 @@ def _free_port():
 
 def test_llm_user_prompt_and_stop(server):
     url, _ = server
-    _Handler.replies = [{"role": "assistant", "content": "Hi, I want to exchange two items."},
+    FakeChatServer.replies = [{"role": "assistant", "content": "Hi, I want to exchange two items."},
                         {"role": "assistant", "content": "Thanks! ###STOP###"}]
     env = gym.make("EnvACE/tau2-retail-v0", user="llm", user_kwargs={"base_url": url, "model": "sim"})
     obs, _ = env.reset(options={"task_id": "5"})
     assert obs["messages"][-1]["content"] == "Hi, I want to exchange two items."
-    system = _Handler.requests[0]["messages"][0]["content"]
+    system = FakeChatServer.requests[0]["messages"][0]["content"]
     assert "<scenario>" in system and "mei_kovacs_8020" in system
-    assert _Handler.requests[0]["messages"][1] == {"role": "user", "content": "Hi! How can I help you today?"}
+    assert FakeChatServer.requests[0]["messages"][1] == {"role": "user", "content": "Hi! How can I help you today?"}
     *_, terminated, truncated, info = env.step("Done, goodbye.")
     assert terminated and info["ended_by"] == "user_stop"
 
@@ -100,7 +68,7 @@ def test_llm_user_runs_validated_user_tools_in_telecom(server):
     url, _ = server
     call = {"id": "u1", "type": "function", "function": {"name": "check_status_bar", "arguments": "{}"}}
     bad = {"id": "u2", "type": "function", "function": {"name": "__init__", "arguments": "{}"}}
-    _Handler.replies = [{"role": "assistant", "content": "My data does not work."},
+    FakeChatServer.replies = [{"role": "assistant", "content": "My data does not work."},
                         {"role": "assistant", "content": None, "tool_calls": [call, bad]},
                         {"role": "assistant", "content": "The status bar shows no data."}]
     env = gym.make("EnvACE/tau2-telecom-v0", user="llm", user_kwargs={"base_url": url, "model": "sim"})
@@ -110,12 +78,12 @@ def test_llm_user_runs_validated_user_tools_in_telecom(server):
     calls = env.unwrapped.episode.calls
     assert [(c.name, c.source, c.error) for c in calls] == [
         ("check_status_bar", "real", None), ("__init__", "rejected", "unknown_tool")]
-    assert _Handler.requests[1]["tools"][0]["type"] == "function"
+    assert FakeChatServer.requests[1]["tools"][0]["type"] == "function"
 
 
 def test_dead_server_is_a_clear_error_and_keeps_the_episode(server):
     url, httpd = server
-    _Handler.replies = [{"role": "assistant", "content": "Hello, I need help."}]
+    FakeChatServer.replies = [{"role": "assistant", "content": "Hello, I need help."}]
     env = gym.make("EnvACE/tau2-retail-v0", user="llm",
                    user_kwargs={"base_url": url, "model": "sim", "max_retries": 1, "timeout": 2})
     env.reset(options={"task_id": "5"})

@@ -18,6 +18,7 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.vllm import INSTALL_HINT
 from envace_gym.endpoint import ModelServerError
+from envace_gym.rewards import JudgeReward
 
 try:
     import vllm  # noqa: F401
@@ -93,6 +94,8 @@ def test_openai_agent_against_vllm_serve_and_a_killed_server(served):
     obs, _, terminated, truncated, info = env.step(agent.act(obs))  # a rehearse turn from the model
     assert info["tool_calls"][0]["source"] == "rehearsed"
     obs, *_ = env.step(agent.act(obs))  # an act turn from the model
+    value, parts = JudgeReward("tiny", url, max_retries=1, timeout=60, max_tokens=24)(env.unwrapped.episode)
+    assert 0.0 <= value <= 1.0 and ("judge" in parts or parts["error"]["code"] == "malformed_judgement")
     before = json.dumps(env.unwrapped.episode.messages)
     _kill(proc)
     with pytest.raises(ModelServerError, match="127.0.0.1"):

@@ -56,6 +56,14 @@ def _clone_toolkit(toolkit: ToolKitBase, db) -> ToolKitBase:
     return clone
 
 
+def scenario_parts(task: Task) -> tuple[str, str]:
+    """The user scenario's reason for the call and the info the user knows."""
+    instructions = task.data.user_scenario.instructions
+    if isinstance(instructions, str):
+        return instructions, ""
+    return instructions.reason_for_call or "", instructions.known_info or ""
+
+
 class Tau2World(World):
     """A tau2 ``Environment`` running tau2's tools on a copy-on-write database."""
 
@@ -259,6 +267,17 @@ class Tau2Suite(Suite):
         assertion_reward = 1.0 if all(c["met"] for c in checks) else 0.0
         info.update(db=db_reward, db_diff=diff[:20], env_assertion=assertion_reward, env_assertions=checks)
         return db_reward, assertion_reward
+
+    def criteria(self, task: Task) -> str:
+        """The scenario, tau2's natural-language assertions, what must be said, and the gold calls."""
+        reason, known = scenario_parts(task)
+        criteria = task.data.evaluation_criteria
+        parts = [f"The user's request: {reason} {known}".rstrip(), super().criteria(task)]
+        if criteria and criteria.nl_assertions:
+            parts.append("It must also satisfy:\n" + "\n".join(f"- {a}" for a in criteria.nl_assertions))
+        if self.communicate_info(task):
+            parts.append("The assistant must tell the user: " + "; ".join(self.communicate_info(task)))
+        return "\n\n".join(parts)
 
     # oracle --------------------------------------------------------------
     def communicate_info(self, task: Task) -> list[str]:

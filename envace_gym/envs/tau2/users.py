@@ -8,6 +8,7 @@ import re
 from tau2.utils.utils import DATA_DIR
 
 from envace_gym.endpoint import ChatEndpoint
+from envace_gym.envs.tau2.suite import scenario_parts
 from envace_gym.messages import ToolCall, assistant_message, tool_message
 from envace_gym.suite import CallRecord, Task, User, UserReply, World
 
@@ -16,13 +17,6 @@ GUIDELINES_DIR = DATA_DIR / "tau2" / "user_simulator"
 CONFIRM_RE = re.compile(r"\b(confirm|proceed|go ahead|would you like|shall i|do you want|yes or no|\(yes\))\b", re.I)
 IDENTITY_RE = re.compile(r"\b(email|name|zip|user ?id|phone|verify|authenticat|identif|order id|"
                          r"reservation|account)\b", re.I)
-
-
-def _instruction_parts(task: Task) -> tuple[str, str]:
-    instructions = task.data.user_scenario.instructions
-    if isinstance(instructions, str):
-        return instructions, ""
-    return instructions.reason_for_call or "", instructions.known_info or ""
 
 
 def _run_user_call(world: World, call_id: str, name: str, arguments: dict) -> CallRecord:
@@ -42,7 +36,7 @@ class ScriptedUser(User):
     """
 
     def __init__(self, suite, task: Task, max_turns: int = 30):
-        self.reason, self.known = _instruction_parts(task)
+        self.reason, self.known = scenario_parts(task)
         self.tools = suite.user_toolset
         self.pending = [c for c in suite.gold_calls(task) if c["requestor"] == "user"]
         self.max_turns, self.turns = max_turns, 0
