@@ -5,7 +5,7 @@ import json
 
 import gymnasium as gym
 import pytest
-from test_users import _Handler, server  # noqa: F401  (the local chat-completions server fixture)
+from conftest import FakeChatServer
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
@@ -80,7 +80,7 @@ def test_smollm2_rehearses_real_retail_calls():
 
 def test_openai_agent_reads_structured_tool_calls_and_text(server):  # noqa: F811
     url, _ = server
-    _Handler.replies = [{"role": "assistant", "content": None, "tool_calls": [
+    FakeChatServer.replies = [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "t1", "type": "function", "function": {"name": "get_order_details",
                                                       "arguments": '{"order_id": "#W2378156"}'}}]},
                         {"role": "assistant", "content": '<tool_response>{"status": "x"}</tool_response>'}]
@@ -89,11 +89,11 @@ def test_openai_agent_reads_structured_tool_calls_and_text(server):  # noqa: F81
     obs, _ = env.reset(options={"task_id": "5"})
     obs, *_ = env.step(agent.act(obs))
     assert obs["role"] == "rehearse" and obs["tool_call"]["arguments"] == {"order_id": "#W2378156"}
-    sent = _Handler.requests[0]
+    sent = FakeChatServer.requests[0]
     assert sent["tools"][0]["type"] == "function" and sent["messages"][0]["role"] == "system"
     obs, *_, info = env.step(agent.act(obs))
     assert json.loads(obs["messages"][-1]["content"]) == {"status": "x"}
-    rehearse_request = _Handler.requests[1]
+    rehearse_request = FakeChatServer.requests[1]
     assert "tools" not in rehearse_request and "tool executor" in rehearse_request["messages"][0]["content"]
     assert json.loads(rehearse_request["messages"][1]["content"].split("## Call to answer\n")[1])["name"] == \
         "get_order_details"

@@ -234,13 +234,15 @@ class Trainer:
                 counts = {role: int((roles[rows_all] == ROLE_IDS[role]).sum()) for role in ROLES}
                 if not any(counts[role] and weights[role] for role in ROLES):
                     continue  # no tokens of a trained role in this minibatch (the same on every process)
-                mb = rows_all[self.rank::self.world]
+                mb, share = rows_all[self.rank::self.world], float(self.world)
+                if not mb:  # fewer rows than processes: run one row at weight 0 so DDP stays in step
+                    mb, share = rows_all[:1], 0.0
                 logprobs = token_logprobs(self.train_model, ids[mb].to(device), mask[mb].to(device),
                                           cfg.temperature).cpu()
                 loss, stats = grpo_loss(logprobs, old[mb], advantages[mb], roles[mb], cfg.clip_eps,
                                         None if ref is None else ref[mb], cfg.kl_coef, weights, counts)
                 # DDP averages gradients over processes; each holds a share of the token sums
-                loss = loss * self.world + 0.0 * logprobs.sum()
+                loss = loss * share + 0.0 * logprobs.sum()
                 self.optimizer.zero_grad()
                 self.accelerator.backward(loss)
                 self.accelerator.clip_grad_norm_(trainable, 1.0)
