@@ -15,7 +15,7 @@ def _config(tiny, out, steps):
 
 
 def _metrics(out):
-    keep = ("step", "tasks", "reward", "loss/act", "advantage_mean/act", "eval/reward")
+    keep = ("step", "tasks", "reward", "lr", "loss/act", "advantage_mean/act", "eval/reward")
     return [{k: r.get(k) for k in keep} for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
 
 
@@ -29,6 +29,7 @@ def test_resume_after_a_kill_continues_the_same_run(tiny, tmp_path):
     board.Reload()
     assert [e.step for e in board.Scalars("reward")] == [1, 2, 3]
     assert [e.value for e in board.Scalars("reward")] == pytest.approx([r["reward"] for r in _metrics(whole)])
+    assert [r["lr"] for r in _metrics(whole)] == pytest.approx([1e-3, 2e-3 / 3, 1e-3 / 3])  # linear decay by step
 
     part = tmp_path / "part"
     first = Trainer(_config(tiny, part, 3))
@@ -82,6 +83,9 @@ def test_lora_trains_only_the_adapter_and_resumes_it(tiny, tmp_path):
 def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_path):
     config = _config(tiny, tmp_path, 1)
     config.rehearsal_format = "prompted"
-    record = Trainer(config).train_step()
+    trainer = Trainer(config)
+    record = trainer.train_step()
     assert record["rows"] >= 2 and record["tokens"] > 0
     assert {"loss/act", "reward/act"} <= set(record)
+    # the schedule counts training steps, however many rows (and minibatches) a step has
+    assert record["lr"] == pytest.approx(1e-3) and trainer.scheduler.get_last_lr() == [0.0]

@@ -109,9 +109,9 @@ class Trainer:
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model, self.optimizer = self.accelerator.prepare(
             self.model, torch.optim.AdamW(trainable, lr=config.lr))
-        rows = config.tasks_per_step * config.group_size
-        updates = config.steps * config.epochs * -(-rows // config.minibatch)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda k: max(0.0, 1.0 - k / updates))
+        # linear decay over training steps (not optimizer steps: prompted rows vary in number)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda k: max(0.0, 1.0 - k / config.steps))
         make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns,
                     rehearsal_format=config.rehearsal_format)
         self.envs = [gym.make(config.env_id, split=config.split, **make)
@@ -247,12 +247,13 @@ class Trainer:
                 self.accelerator.backward(loss)
                 self.accelerator.clip_grad_norm_(trainable, 1.0)
                 self.optimizer.step()
-                self.scheduler.step()
                 for k, v in stats.items():
                     collected.setdefault(k, []).append(v)
+        out = {k: statistics.fmean(v) for k, v in collected.items()}
+        out["lr"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
         if self.engine is not None:
             self.engine.load_weights(self.model.named_parameters())
-        out = {k: statistics.fmean(v) for k, v in collected.items()}
         for role in ROLES:
             chosen = advantages[roles == ROLE_IDS[role]]
             if chosen.numel():
