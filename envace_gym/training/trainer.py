@@ -61,9 +61,10 @@ class TrainConfig:
 class Trainer:
     """Role-wise GRPO on one model that plays both roles (torch updates).
 
-    Generation goes through ``hf`` (the trained model itself) or, for a ``vllm:PATH``
-    model, through a vLLM engine in the same process that gets the trained weights
-    after every update.
+    Generation goes through ``hf`` (the trained model itself) or vLLM, which gets the
+    trained weights after every update: for ``vllm:PATH`` an engine in this process, for
+    ``vllm:PATH@BASE_URL`` a running ``vllm serve PATH`` (started with
+    ``VLLM_SERVER_DEV_MODE=1``) that reloads them from ``OUT/engine-weights``.
 
     Under ``accelerate launch`` (DDP; on CPU, ``--multi_gpu`` with gloo) each process
     plays the groups of its share of the step's tasks, all rollouts are gathered, and
@@ -90,9 +91,11 @@ class Trainer:
                 raise ValueError("lora_rank with a vllm: model is not supported; use hf:PATH")
             from transformers import AutoModelForCausalLM
 
-            self.agent = self.engine = agents.load(config.model, in_process=True, **sampling,
-                                                   **config.engine_kwargs)
-            model = AutoModelForCausalLM.from_pretrained(config.model.partition(":")[2],
+            path, served, _ = config.model.removeprefix("vllm:").rpartition("@")
+            engine = ({"weights_dir": self.out / "engine-weights"} if served
+                      else {"in_process": True, **config.engine_kwargs})
+            self.agent = self.engine = agents.load(config.model, **sampling, **engine)
+            model = AutoModelForCausalLM.from_pretrained(path if served else config.model.removeprefix("vllm:"),
                                                          dtype=torch.float32).to(device)
         else:
             self.agent = agents.load(config.model, **sampling,
@@ -252,14 +255,23 @@ class Trainer:
         out = {k: statistics.fmean(v) for k, v in collected.items()}
         out["lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
-        if self.engine is not None:
-            self.engine.load_weights(self.model.named_parameters())
+        self._sync_engine()
         for role in ROLES:
             chosen = advantages[roles == ROLE_IDS[role]]
             if chosen.numel():
                 out[f"advantage_mean/{role}"] = chosen.mean().item()
                 out[f"advantage_std/{role}"] = chosen.std(unbiased=False).item()
         return out
+
+    def _sync_engine(self) -> None:
+        """Push the trained weights to the vLLM engine (a served one: from the main process only)."""
+        if self.engine is None:
+            return
+        served = hasattr(self.engine, "weights_dir")
+        if not served or self.accelerator.is_main_process:
+            self.engine.load_weights(self.model.state_dict().items())
+        if served:
+            self.accelerator.wait_for_everyone()
 
     def evaluate(self) -> dict:
         """Reward under ``eval_dynamics`` and rehearsal fidelity (shadow) on held-out tasks."""
@@ -300,8 +312,7 @@ class Trainer:
             if unexpected or [k for k in missing if "lm_head" not in k]:
                 raise checkpoint.CheckpointError(f"{folder} does not hold this model's weights")
             self.model.tie_weights()
-        if self.engine is not None:
-            self.engine.load_weights(self.model.named_parameters())
+        self._sync_engine()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
