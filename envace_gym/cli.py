@@ -129,7 +129,9 @@ def compare(
 
 @app.command()
 def train(
-    model: Annotated[str, typer.Option(help="hf:PATH or smollm2 (transformers), vllm:PATH (an engine in this process) or vllm:PATH@BASE_URL (a `vllm serve` started with VLLM_SERVER_DEV_MODE=1).")],
+    model: Annotated[str, typer.Option(help="hf:PATH or smollm2 (transformers), vllm:PATH (an engine in this "
+                                            "process) or vllm:PATH@BASE_URL (a `vllm serve` started with "
+                                            "VLLM_SERVER_DEV_MODE=1).")],
     env: Annotated[str, typer.Option("--env", help="A registered id.")] = DEFAULT_ENV,
     out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, metrics.png, step-N checkpoints.")] = Path("runs/train"),
     dynamics: Annotated[str, typer.Option(help="Training dynamics.")] = "rehearsed",
