@@ -7,6 +7,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ class TrainConfig:
     out: str
     dynamics: str = "rehearsed"
     eval_dynamics: str = "real"
-    reward: str | None = None  # None: the env's default for ``dynamics`` (actions under rehearsal)
+    reward: str | Callable | None = None  # None: the env's default for ``dynamics`` (actions under rehearsal)
     split: str | None = "train"
     eval_split: str | None = "test"
     group_size: int = 4
@@ -56,6 +57,7 @@ class TrainConfig:
     tensorboard: bool = True  # also log the metrics as TensorBoard scalars in OUT/tensorboard
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft) on every linear layer instead
     engine_kwargs: dict = field(default_factory=dict)  # for vllm:PATH models: passed to vllm.LLM
+    env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments, e.g. user_kwargs
 
 
 class Trainer:
@@ -116,13 +118,13 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda k: max(0.0, 1.0 - k / config.steps))
         make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns,
-                    rehearsal_format=config.rehearsal_format)
+                    rehearsal_format=config.rehearsal_format, **config.env_kwargs)
         self.envs = [gym.make(config.env_id, split=config.split, **make)
                      for _ in range(len(self._my_tasks(range(config.tasks_per_step))) * config.group_size)]
         self.task_ids = self.envs[0].unwrapped.task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
         self.eval_env = gym.make(config.env_id, split=config.eval_split, dynamics=config.eval_dynamics,
-                                 max_turns=config.max_turns)
+                                 max_turns=config.max_turns, **config.env_kwargs)
         self.step, self.cursor = 0, 0
 
     @property
@@ -288,9 +290,13 @@ class Trainer:
     def save(self) -> Path:
         state = {"step": self.step, "cursor": self.cursor, "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-                 "python_rng": list(random.getstate()[1]), "config": json.dumps(asdict(self.cfg))}
-        (self.out / "config.json").write_text(json.dumps(asdict(self.cfg), indent=1))
+                 "python_rng": list(random.getstate()[1]), "config": self._config_json()}
+        (self.out / "config.json").write_text(self._config_json(indent=1))
         return checkpoint.save(self.out / f"step-{self.step}", self.model, self.tokenizer, state)
+
+    def _config_json(self, indent: int | None = None) -> str:
+        """The config as JSON; a callable reward is written by its name."""
+        return json.dumps(asdict(self.cfg), indent=indent, default=lambda o: getattr(o, "__name__", repr(o)))
 
     def resume(self) -> None:
         """Continue from the latest checkpoint in ``out`` (refused whole if it is damaged)."""
