@@ -137,6 +137,8 @@ def train(
     dynamics: Annotated[str, typer.Option(help="Training dynamics.")] = "rehearsed",
     eval_dynamics: Annotated[str, typer.Option(help="Evaluation dynamics.")] = "real",
     reward: Annotated[Optional[str], typer.Option(help="Training reward (default: the dynamics' default).")] = None,
+    split: Annotated[str, typer.Option(help="Training tasks' split; 'all' for suites without splits (BFCL).")] = "train",
+    eval_split: Annotated[str, typer.Option(help="Evaluation tasks' split, or 'all'.")] = "test",
     group_size: Annotated[int, typer.Option(help="Episodes per task (GRPO group).")] = 4,
     tasks_per_step: Annotated[int, typer.Option(help="Tasks per step.")] = 2,
     steps: Annotated[int, typer.Option(help="Training steps.")] = 10,
@@ -161,7 +163,8 @@ def train(
     from envace_gym.training import CheckpointError, TrainConfig, Trainer
 
     config = TrainConfig(model=model, env_id=env, out=str(out), dynamics=dynamics, eval_dynamics=eval_dynamics,
-                         reward=reward, group_size=group_size, tasks_per_step=tasks_per_step, steps=steps,
+                         reward=reward, split=None if split == "all" else split,
+                         eval_split=None if eval_split == "all" else eval_split, group_size=group_size, tasks_per_step=tasks_per_step, steps=steps,
                          lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
                          max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
                          save_every=save_every, seed=seed, lora_rank=lora_rank,

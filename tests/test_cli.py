@@ -1,3 +1,5 @@
+import json
+
 import pandas as pd
 from typer.testing import CliRunner
 
@@ -31,3 +33,14 @@ def test_run_reports_bad_arguments_clearly():
     assert result.exit_code == 2 and "unknown dynamics" in result.output
     result = runner.invoke(app, ["run", "--task-ids", "no-such-task"])
     assert result.exit_code == 2 and "no-such-task" in result.output
+
+
+def test_train_on_a_suite_without_splits(tiny, tmp_path):
+    out = tmp_path / "bfcl"
+    result = runner.invoke(app, ["train", "--model", f"hf:{tiny}", "--env", "EnvACE/bfcl-simple-python-v0",
+                                 "--dynamics", "real", "--split", "all", "--eval-split", "all", "--steps", "1",
+                                 "--group-size", "2", "--tasks-per-step", "1", "--max-new-tokens", "8",
+                                 "--eval-every", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert record["rows"] == 2 and "eval/reward" in record and (out / "step-1" / "manifest.json").exists()
