@@ -81,13 +81,16 @@ class VLLMServerAgent(TokenAgent):
     :meth:`load_weights` writes the weights as safetensors to ``weights_dir`` (a folder the
     server can read: same machine or shared file system) and asks the server to reload them
     in place through vLLM's development RPC, so the server must run with
-    ``VLLM_SERVER_DEV_MODE=1``. Requests run ``concurrency`` at a time. Sampling is seeded by
-    the server (``vllm serve --seed``; ``seed`` here is accepted and unused): a per-request seed crashes vLLM's CPU worker on prompts
-    longer than one prefill chunk (its CPU generator has no offset to rewind). A dead server raises :class:`~envace_gym.endpoint.ModelServerError` naming the URL.
+    ``VLLM_SERVER_DEV_MODE=1``. Requests run ``concurrency`` at a time. Sampling is seeded
+    by the server (``vllm serve --seed``; ``seed`` is accepted and unused): a per-request
+    seed crashes vLLM's CPU worker on prompts longer than one prefill chunk (its CPU
+    generator has no offset to rewind). A dead server raises
+    :class:`~envace_gym.endpoint.ModelServerError` naming the URL.
     """
 
     def __init__(self, path: str | Path, base_url: str, env=None, *, max_new_tokens: int = 256,
-                 temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None, timeout: float = 300.0,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
+                 timeout: float = 300.0,
                  max_retries: int = 2, concurrency: int = 16, weights_dir: str | Path | None = None):
         from transformers import AutoTokenizer
 
