@@ -38,19 +38,31 @@ EVAL_ENV = {"max_turns": 6, "user_kwargs": {"max_turns": 2}}  # the scripted use
 
 
 def gold_sequences(tokenizer, split: str, task_ids) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(ids, roles) of every gold episode, one row each."""
+    """(ids, roles) of every gold episode, one row each, as the trainer tags a rollout: an
+    assistant message is act from where the generation prompt ends, a tool message is
+    rehearse from where its content begins; template text before them is context."""
     env = gym.make(ENV_ID, split=split, dynamics="rehearsed", reward="replay")
     oracle = agents.load("oracle", env=env)
     out = []
     for task_id in task_ids:
         run_episode(env, oracle, task_id)
         messages, tools = env.unwrapped.episode.messages, env.unwrapped.tools.schemas
+
+        def render(upto, prompt=False):
+            return tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=False,
+                                                 add_generation_prompt=prompt)
+
         ids, roles, previous = [], [], ""
         for i, message in enumerate(messages):
-            text = tokenizer.apply_chat_template(messages[:i + 1], tools=tools, tokenize=False)
-            piece = tokenizer(text[len(previous):], add_special_tokens=False)["input_ids"]
-            ids += piece
-            roles += [ROLE_OF.get(message["role"], 0)] * len(piece)
+            text, start = render(i + 1), len(previous)
+            if message["role"] == "assistant":
+                start = len(render(i, prompt=True))
+            elif message["role"] == "tool":
+                start = text.index(message["content"], start)
+            for piece, role in ((text[len(previous):start], 0), (text[start:], ROLE_OF.get(message["role"], 0))):
+                piece_ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
+                ids += piece_ids
+                roles += [role] * len(piece_ids)
             previous = text
         out.append((torch.tensor([ids]), torch.tensor([roles])))
     return out
@@ -155,7 +167,7 @@ def main() -> None:
     parser.add_argument("--warm-epochs", type=int, default=12)
     parser.add_argument("--grpo-steps", type=int, default=4)
     parser.add_argument("--eval-tasks", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=128)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
