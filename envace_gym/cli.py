@@ -164,7 +164,8 @@ def train(
 
     config = TrainConfig(model=model, env_id=env, out=str(out), dynamics=dynamics, eval_dynamics=eval_dynamics,
                          reward=reward, split=None if split == "all" else split,
-                         eval_split=None if eval_split == "all" else eval_split, group_size=group_size, tasks_per_step=tasks_per_step, steps=steps,
+                         eval_split=None if eval_split == "all" else eval_split, group_size=group_size,
+                         tasks_per_step=tasks_per_step, steps=steps,
                          lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
                          max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
                          save_every=save_every, seed=seed, lora_rank=lora_rank,

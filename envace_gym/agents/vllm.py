@@ -51,10 +51,10 @@ class VLLMAgent(TokenAgent):
 
     def load_weights(self, named_tensors) -> None:
         """Replace the engine's weights with ``(name, tensor)`` pairs in the checkpoint's naming
-        (a trainer's ``state_dict().items()``: a tied head must be among them, vLLM reloads it on
-        its own), through vLLM's in-place reload; cached prefixes are dropped, since their keys
-        and values came from the old weights."""
-        weights = [(name, tensor.detach()) for name, tensor in named_tensors]  # tied ones included
+        (a trainer's ``state_dict().items()``, which lists a tied head too: vLLM's layerwise
+        reload leaves a head it is not given at its old values), through vLLM's in-place reload;
+        cached prefixes are dropped, since their keys and values came from the old weights."""
+        weights = [(name, tensor.detach()) for name, tensor in named_tensors]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
 
@@ -90,8 +90,8 @@ class VLLMServerAgent(TokenAgent):
 
     def __init__(self, path: str | Path, base_url: str, env=None, *, max_new_tokens: int = 256,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
-                 timeout: float = 300.0,
-                 max_retries: int = 2, concurrency: int = 16, weights_dir: str | Path | None = None):
+                 timeout: float = 300.0, max_retries: int = 2, concurrency: int = 16,
+                 weights_dir: str | Path | None = None):
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -122,7 +122,7 @@ class VLLMServerAgent(TokenAgent):
             return list(pool.map(one, prompts, stops))
 
     def load_weights(self, named_tensors) -> None:
-        """Send ``(name, tensor)`` pairs in the checkpoint's naming (tied ones included) to the
+        """Send ``(name, tensor)`` pairs as :meth:`VLLMAgent.load_weights` takes them to the
         server: written to ``weights_dir``, reloaded in place there, cached prefixes dropped."""
         from safetensors.torch import save_file
 

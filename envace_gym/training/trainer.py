@@ -93,11 +93,12 @@ class Trainer:
                 raise ValueError("lora_rank with a vllm: model is not supported; use hf:PATH")
             from transformers import AutoModelForCausalLM
 
-            path, served, _ = config.model.removeprefix("vllm:").rpartition("@")
+            spec = config.model.removeprefix("vllm:")
+            served = "@" in spec
             engine = ({"weights_dir": self.out / "engine-weights"} if served
                       else {"in_process": True, **config.engine_kwargs})
             self.agent = self.engine = agents.load(config.model, **sampling, **engine)
-            model = AutoModelForCausalLM.from_pretrained(path if served else config.model.removeprefix("vllm:"),
+            model = AutoModelForCausalLM.from_pretrained(spec.rpartition("@")[0] if served else spec,
                                                          dtype=torch.float32).to(device)
         else:
             self.agent = agents.load(config.model, **sampling,
