@@ -1,12 +1,13 @@
 """Token in, token out: the ids trained on are exactly the ids sampled, across multi-turn episodes."""
 
 import gymnasium as gym
+import torch
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.prompting import Generation
 from envace_gym.messages import format_tool_call
-from envace_gym.training.grpo import ROLE_IDS
+from envace_gym.training.grpo import ROLE_IDS, token_logprobs
 from envace_gym.training.rollout import collect
 
 CALL = format_tool_call("get_order_details", {"order_id": "#W2378156"})
@@ -16,15 +17,15 @@ class Recorder:
     """Keeps every prompt and completion. Act turns are a tool call written as if sampled
     (the random model rarely writes one), so that every episode has rehearse turns."""
 
-    def __init__(self, agent):
-        self.agent, self.tokenizer, self.calls = agent, agent.tokenizer, []
+    def __init__(self, agent, call=CALL):
+        self.agent, self.tokenizer, self.calls, self.call = agent, agent.tokenizer, [], call
 
     def generate_ids(self, prompts, stops):
         gens = self.agent.generate_ids(prompts, stops)
         for i, stop in enumerate(stops):
             if stop is None:
-                ids = self.tokenizer(CALL + self.tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-                gens[i] = Generation(CALL, prompts[i], ids, [-0.5] * len(ids))
+                ids = self.tokenizer(self.call + self.tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+                gens[i] = Generation(self.call, prompts[i], ids, [-0.5] * len(ids))
         self.calls += list(zip(prompts, gens))
         return gens
 
@@ -64,3 +65,20 @@ def test_prompted_rehearsals_are_rows_of_their_own(tiny):
         assert row.ids[prompt:] == gen.completion_ids and row.logprobs[prompt:] == gen.logprobs
         assert row.reward == conversations[row.episode].reward
         assert "tool executor" in agent.tokenizer.decode(row.ids[:prompt]).lower()
+
+
+def test_a_real_tokenizer_trains_on_what_it_sampled():
+    """SmolLM2 (a pretrained BPE with its own merges), sampling at temperature 0.7: recomputing
+    the episode's log-probs in one forward pass gives the sampler's, so no token drifted
+    between turns and the sampler's distribution is the one the trainer scores."""
+    call = format_tool_call("create_task", {"user_id": "user_1", "title": "Important Meeting"})
+    agent = Recorder(agents.load("smollm2", max_new_tokens=16, temperature=0.7, seed=0), call)
+    envs = [gym.make("EnvACE/tau2-mock-v0", dynamics="rehearsed", max_turns=2) for _ in range(2)]
+    rollouts = collect(agent, envs, ["create_task_1"], group_size=2, seed=0)
+    for r in rollouts:
+        rehearsed = [i for i, role in enumerate(r.roles) if role == ROLE_IDS["rehearse"]]
+        assert r.generations["rehearse"] == 2 and len(rehearsed) > 8
+        ids = torch.tensor([r.ids])
+        with torch.no_grad():
+            recomputed = token_logprobs(agent.agent.model, ids, torch.ones_like(ids), temperature=0.7)[0]
+        assert torch.allclose(recomputed[rehearsed], torch.tensor(r.logprobs)[rehearsed], atol=1e-3)

@@ -59,7 +59,7 @@ def served(tiny):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny),
            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
            "--gpu-memory-utilization", "0.1", "--max-model-len", "12288", "--dtype", "float32",
-           "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+           "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--logprobs-mode", "processed_logprobs"]
     # its own process group: killing the server must also kill the engine process it forks
     # dev mode: the trainer test reloads weights through /collective_rpc
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -89,12 +89,12 @@ def _kill(proc) -> None:
     proc.wait()
 
 
-def _same_distribution(agent, model, obs) -> bool:
-    """The engine's log-probs of what it sampled equal ``model``'s (temperature 1)."""
+def _same_distribution(agent, model, obs, temperature=0.7) -> bool:
+    """The engine's log-probs of what it sampled equal ``model``'s at the sampling temperature."""
     gen = agent.generate([obs])[0]
     ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
+        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float() / temperature
     mine = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None])[:, 0]
     return torch.allclose(mine, torch.tensor(gen.logprobs), atol=1e-3)
 
@@ -109,7 +109,7 @@ def _trainer(model, out, **kwargs):
 
     return Trainer(TrainConfig(model=model, env_id="EnvACE/bfcl-simple-python-v0", out=str(out), dynamics="real",
                                reward=_length_reward, split=None, eval_split=None, group_size=2,
-                               tasks_per_step=1, steps=1, lr=1e-2, max_new_tokens=8, temperature=1.0,
+                               tasks_per_step=1, steps=1, lr=1e-2, max_new_tokens=8, temperature=0.7,
                                eval_every=0, **kwargs))
 
 

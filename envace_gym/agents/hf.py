@@ -18,7 +18,8 @@ class HFAgent(TokenAgent):
 
     ``path`` is a model directory or a ``.gguf`` file. :meth:`generate` returns
     :class:`~envace_gym.agents.prompting.Generation` objects (text, prompt and
-    completion token ids, per-token log-probs of the sampling distribution).
+    completion token ids, and per-token log-probs under softmax(logits / temperature), the
+    distribution a trainer recomputes; sampling has no hidden top-k cut).
     """
 
     name = "hf"
@@ -44,8 +45,8 @@ class HFAgent(TokenAgent):
         self.model.to(device).eval()
         self.device, self.batch_size = device, batch_size
         self.sampling = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0}
-        if temperature > 0:
-            self.sampling.update(temperature=temperature, top_p=top_p)
+        if temperature > 0:  # top_k=0: no hidden top-50 cut (transformers' default when sampling)
+            self.sampling.update(temperature=temperature, top_p=top_p, top_k=0)
         if seed is not None:
             set_seed(seed)
         self.name = f"hf:{path}"
@@ -64,11 +65,12 @@ class HFAgent(TokenAgent):
         if any(stops):
             extra = {"stop_strings": sorted({s for s in stops if s}), "tokenizer": self.tokenizer}
         with torch.no_grad():
-            result = self.model.generate(**enc, **self.sampling, **extra, output_scores=True,
+            result = self.model.generate(**enc, **self.sampling, **extra, output_logits=True,
                                          return_dict_in_generate=True,
                                          pad_token_id=self.tokenizer.pad_token_id)
-        scores = self.model.compute_transition_scores(result.sequences, result.scores, normalize_logits=True)
         width = enc["input_ids"].shape[1]
+        chosen = result.sequences[:, width:]
+        scores = self._logprobs(result.logits, chosen)
         eos = self.eos_ids
         gens = []
         for i, (prompt_ids, stop) in enumerate(zip(prompts, stops)):
@@ -82,6 +84,16 @@ class HFAgent(TokenAgent):
                 text = text[:text.index(stop)]
             gens.append(Generation(text.strip(), list(prompt_ids), ids, scores[i, :n].tolist()))
         return gens
+
+    def _logprobs(self, logits, chosen):
+        """``[B, S]`` log-probability of each chosen token under softmax(logits / temperature),
+        the distribution a trainer recomputes (the raw logits, before top-p or stop processing)."""
+        import torch
+
+        temperature = self.sampling.get("temperature", 1.0)
+        steps = [torch.log_softmax(step.float() / temperature, -1).gather(1, chosen[:, k:k + 1])
+                 for k, step in enumerate(logits)]
+        return torch.cat(steps, 1)
 
     @property
     def eos_ids(self) -> set[int]:

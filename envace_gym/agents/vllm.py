@@ -37,8 +37,10 @@ class VLLMAgent(TokenAgent):
         if in_process:  # read by vLLM when it builds the engine
             os.environ[IN_PROCESS] = "0"
         try:
+            # processed: log-probs at the sampling temperature, as a trainer recomputes them
             self.llm = vllm.LLM(model=str(path), enable_prefix_caching=True, seed=seed,
-                                max_model_len=max_model_len, **engine_kwargs)
+                                max_model_len=max_model_len, logprobs_mode="processed_logprobs",
+                                **engine_kwargs)
         finally:
             if in_process and saved is None:
                 del os.environ[IN_PROCESS]
@@ -76,7 +78,9 @@ class VLLMAgent(TokenAgent):
 
 class VLLMServerAgent(TokenAgent):
     """Generation by a running ``vllm serve PATH`` at ``base_url``, from token ids rendered here
-    with PATH's tokenizer; the server returns the sampled ids and their log-probs.
+    with PATH's tokenizer; the server returns the sampled ids and their log-probs (at the
+    sampling temperature when it runs with ``--logprobs-mode processed_logprobs``, as the
+    in-process engine does; vLLM's default gives them at temperature 1).
 
     :meth:`load_weights` writes the weights as safetensors to ``weights_dir`` (a folder the
     server can read: same machine or shared file system) and asks the server to reload them
