@@ -149,7 +149,7 @@ def train(
     max_new_tokens: Annotated[int, typer.Option(help="Tokens per generation.")] = 64,
     max_turns: Annotated[int, typer.Option(help="Agent turns per episode.")] = 8,
     eval_every: Annotated[int, typer.Option(help="Evaluate every N steps (0: never).")] = 5,
-    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 5,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: only at the end).")] = 5,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     lora_rank: Annotated[int, typer.Option(help="Train LoRA adapters of this rank (0: all weights).")] = 0,
     rehearsal_format: Annotated[str, typer.Option(help="inline (one row per episode) or prompted "
@@ -162,14 +162,18 @@ def train(
     """
     from envace_gym.training import CheckpointError, TrainConfig, Trainer
 
-    config = TrainConfig(model=model, env_id=env, out=str(out), dynamics=dynamics, eval_dynamics=eval_dynamics,
-                         reward=reward, split=None if split == "all" else split,
-                         eval_split=None if eval_split == "all" else eval_split, group_size=group_size,
-                         tasks_per_step=tasks_per_step, steps=steps,
-                         lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
-                         max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
-                         save_every=save_every, seed=seed, lora_rank=lora_rank,
-                         rehearsal_format=rehearsal_format)
+    try:
+        config = TrainConfig(model=model, env_id=env, out=str(out), dynamics=dynamics, eval_dynamics=eval_dynamics,
+                             reward=reward, split=None if split == "all" else split,
+                             eval_split=None if eval_split == "all" else eval_split, group_size=group_size,
+                             tasks_per_step=tasks_per_step, steps=steps,
+                             lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
+                             max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
+                             save_every=save_every, seed=seed, lora_rank=lora_rank,
+                             rehearsal_format=rehearsal_format)
+    except ValueError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
     trainer = Trainer(config)
     if resume:
         try:
@@ -181,9 +185,64 @@ def train(
     if not trainer.accelerator.is_main_process:
         return
     for record in records:
-        console.print(f"step {record['step']}: reward {record['reward']:.3f} · "
-                      f"{record['tokens_per_s']:.0f} tokens/s")
+        reward = "n/a" if record["reward"] is None else f"{record['reward']:.3f}"
+        errors = f" · {record['reward_errors']} episodes left out (reward error)" if record["reward_errors"] else ""
+        console.print(f"step {record['step']}: reward {reward} · {record['tokens_per_s']:.0f} tokens/s{errors}")
     console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'}")
+
+
+@app.command()
+def sft(
+    model: Annotated[str, typer.Option(help="hf:PATH or smollm2: the model to warm-start.")],
+    env: Annotated[str, typer.Option("--env", help="A registered id: its oracle plays the gold and held-out "
+                                                   "episodes.")] = DEFAULT_ENV,
+    source: Annotated[str, typer.Option("--from", help="gold (the oracle's episodes of --split, real dynamics) "
+                                                       "or a RUNS.jsonl written by `envace-gym run`.")] = "gold",
+    out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, metrics.png, step-N checkpoints.")] = Path("runs/sft"),
+    roles: Annotated[str, typer.Option(help="Roles trained: act,rehearse | act | rehearse.")] = "act,rehearse",
+    split: Annotated[str, typer.Option(help="Gold episodes' split, or 'all'.")] = "train",
+    eval_split: Annotated[str, typer.Option(help="Held-out gold episodes' split, or 'all'.")] = "test",
+    epochs: Annotated[int, typer.Option(help="Passes over the episodes (when --steps is not given).")] = 1,
+    steps: Annotated[Optional[int], typer.Option(help="Updates (default: epochs × episodes / batch).")] = None,
+    lr: Annotated[float, typer.Option(help="Learning rate (decays linearly to 0).")] = 1e-5,
+    batch: Annotated[int, typer.Option(help="Episodes per update.")] = 8,
+    minibatch: Annotated[int, typer.Option(help="Episodes per forward pass.")] = 2,
+    max_episodes: Annotated[Optional[int], typer.Option(help="Train on the first N episodes only.")] = None,
+    eval_every: Annotated[int, typer.Option(help="Held-out loss every N steps (0: never).")] = 0,
+    eval_tasks: Annotated[int, typer.Option(help="Held-out episodes.")] = 4,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: only at the end).")] = 50,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    lora_rank: Annotated[int, typer.Option(help="Train LoRA adapters of this rank (0: all weights).")] = 0,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")] = False,
+) -> None:
+    """Role-masked SFT warm start: next-token loss on recorded real episodes, per role.
+
+    Assistant turns train the act role, real tool responses the rehearse role, in the token
+    layout of `train`'s rollouts; `--model hf:OUT/step-N` then continues with `train`.
+    """
+    from envace_gym.training import SFT, CheckpointError, SFTConfig
+
+    try:
+        trainer = SFT(SFTConfig(model=model, env_id=env, out=str(out), source=source,
+                                split=None if split == "all" else split,
+                                eval_split=None if eval_split == "all" else eval_split,
+                                roles=roles.split(","), epochs=epochs, steps=steps, lr=lr, batch=batch,
+                                minibatch=minibatch, max_episodes=max_episodes, eval_every=eval_every,
+                                eval_tasks=eval_tasks, save_every=save_every, seed=seed, lora_rank=lora_rank))
+        if resume:
+            trainer.resume()
+    except (ValueError, OSError, CheckpointError, gym.error.Error) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    records = trainer.train()
+    if not trainer.accelerator.is_main_process:
+        return
+    for record in records:
+        losses = " · ".join(f"{role} {record[f'loss/{role}']:.3f}" for role in ("act", "rehearse")
+                            if record[f"loss/{role}"] is not None)
+        console.print(f"step {record['step']}: loss {losses} · {record['tokens_per_s']:.0f} tokens/s")
+    console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'} · "
+                  f"checkpoints in {out}/step-N")
 
 
 if __name__ == "__main__":

@@ -1,59 +1,223 @@
-"""A client for any OpenAI-compatible server, with timeouts, retries and clear errors."""
+"""A client for any OpenAI-compatible server: every call bounded in time and size, every failure
+one :class:`ModelServerError` that names the server."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import http.client
+import itertools
+import json
+import math
+import threading
+import time
+import urllib.parse
+import urllib.request
+from concurrent.futures import Future
 
-import openai
+import pydantic
+
+RETRIED_STATUS = (408, 409, 429)  # and every 5xx
+OPTIONS = {"timeout": float, "max_retries": int, "max_reply_bytes": int}  # of a MODEL@BASE_URL spec
 
 
 class ModelServerError(RuntimeError):
-    """The model server could not be reached or answered with an error."""
+    """The model server could not be reached, or answered with an error or a malformed reply."""
+
+
+class _Transient(ModelServerError):
+    """A failure worth retrying: no connection, a timeout, 408, 409, 429 or 5xx."""
+
+
+class _Statuses(urllib.request.HTTPErrorProcessor):
+    """Hands every answer back, error statuses too, so that their bodies are read under the same bounds."""
+
+    def http_response(self, request, response):
+        return response
+
+    https_response = http_response
+
+
+_OPENER = urllib.request.build_opener(_Statuses)
+
+
+class _Reply(pydantic.BaseModel, extra="allow"):
+    """The part of a reply that envace-gym reads; the rest is kept as extras."""
+
+
+class Function(_Reply):
+    name: str
+    arguments: str | None = None
+
+
+class ToolCall(_Reply):
+    id: str = ""
+    function: Function
+
+
+class Message(_Reply):
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChatChoice(_Reply):
+    message: Message
+
+
+class ChatReply(_Reply):
+    choices: list[ChatChoice] = pydantic.Field(min_length=1)
+
+
+class Logprobs(_Reply):
+    token_logprobs: list[float] = []
+
+
+class CompletionChoice(_Reply):
+    text: str
+    logprobs: Logprobs | None = None
+
+
+class CompletionReply(_Reply):
+    choices: list[CompletionChoice] = pydantic.Field(min_length=1)
+
+
+class ModelCard(_Reply):
+    id: str
+
+
+class ModelList(_Reply):
+    data: list[ModelCard]
+
+
+def parse_spec(spec: str, prefix: str) -> tuple[str, str, dict]:
+    """``PREFIX:MODEL@BASE_URL[?timeout=S&max_retries=N&max_reply_bytes=B]`` as ``(model, base_url, options)``."""
+    model, _, rest = spec.removeprefix(prefix).partition("@")
+    base_url, _, query = rest.partition("?")
+    if not model or not base_url:
+        raise ValueError(f"expected '{prefix}MODEL@BASE_URL[?timeout=S&max_retries=N&max_reply_bytes=B]', "
+                         f"got {spec!r}")
+    options = {}
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        if key not in OPTIONS:
+            raise ValueError(f"unknown option {key!r} in {spec!r}; use {', '.join(OPTIONS)}")
+        try:
+            options[key] = OPTIONS[key](value)
+        except ValueError:
+            raise ValueError(f"option {key} in {spec!r} needs a number, got {value!r}") from None
+    return model, base_url, options
 
 
 class ChatEndpoint:
-    """``openai.OpenAI`` bound to one server and model.
+    """One model on an OpenAI-compatible server at ``base_url`` (``http://HOST:PORT/v1``).
 
-    The client retries connection errors, timeouts, 429 and 5xx answers with
-    exponential backoff (``max_retries``); what still fails is raised as a
-    :class:`ModelServerError` that names the URL.
+    A call answers or raises :class:`ModelServerError` within ``timeout`` seconds in all:
+    attempts, their backoff and a server that hangs or trickles bytes included. Failures
+    worth retrying (no connection, a timeout, 408, 409, 429, 5xx) are retried up to
+    ``max_retries`` times with exponential backoff while time is left. A reply over
+    ``max_reply_bytes``, or one that is not the expected JSON, is refused.
     """
 
-    def __init__(self, base_url: str, model: str, api_key: str = "EMPTY",
-                 timeout: float = 60.0, max_retries: int = 3):
-        self.base_url, self.model = base_url, model
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key,
-                                    timeout=timeout, max_retries=max_retries)
+    def __init__(self, base_url: str, model: str, api_key: str = "EMPTY", timeout: float = 60.0,
+                 max_retries: int = 2, max_reply_bytes: int = 4 << 20):
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"a base URL is http(s)://HOST[:PORT]/..., got {base_url!r}")
+        if not 0 < timeout < math.inf:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if max_retries < 0 or max_reply_bytes < 1:
+            raise ValueError(f"max_retries must be 0 or more and max_reply_bytes positive, got "
+                             f"{max_retries!r} and {max_reply_bytes!r}")
+        self.base_url, self.model, self.api_key = base_url, model, api_key
+        self.timeout, self.max_retries, self.max_reply_bytes = timeout, max_retries, max_reply_bytes
 
-    @contextmanager
-    def errors(self):
-        try:
-            yield
-        except openai.APIConnectionError as e:
-            raise ModelServerError(f"cannot reach the model server at {self.base_url}: {e}") from e
-        except openai.APIStatusError as e:
-            raise ModelServerError(
-                f"the model server at {self.base_url} answered {e.status_code}: {e.message}") from e
-
-    def _first(self, response):
-        if not response.choices:
-            raise ModelServerError(f"the model server at {self.base_url} returned no choices")
-        return response.choices[0]
-
-    def chat(self, messages: list[dict], **kwargs):
+    def chat(self, messages: list[dict], **kwargs) -> Message:
         """One chat completion; returns the first choice's message."""
-        with self.errors():
-            response = self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
-        return self._first(response).message
+        body = {"model": self.model, "messages": messages, **kwargs}
+        return self._call("/chat/completions", ChatReply, body).choices[0].message
 
-    def complete(self, prompt: str | list[int], **kwargs):
+    def complete(self, prompt: str | list[int], **kwargs) -> CompletionChoice:
         """One text completion (``prompt`` may be token ids); returns the first choice."""
-        with self.errors():
-            response = self.client.completions.create(model=self.model, prompt=prompt, **kwargs)
-        return self._first(response)
+        body = {"model": self.model, "prompt": prompt, **kwargs}
+        return self._call("/completions", CompletionReply, body).choices[0]
+
+    def models(self) -> list[str]:
+        """The ids of the models the server serves."""
+        return [card.id for card in self._call("/models", ModelList).data]
 
     def post(self, path: str, body: dict | None = None) -> None:
-        """POST ``body`` to ``path`` at the server's root (beside ``/v1``)."""
-        root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
-        with self.errors():
-            self.client.post(f"{root}{path}", body=body or {}, cast_to=object)
+        """POST ``body`` to ``path`` at the server's root (beside ``/v1``); the reply is not read."""
+        self._call(path, None, body or {}, root=True)
+
+    def _call(self, path: str, reply: type[_Reply] | None, body: dict | None = None, root: bool = False):
+        """``reply`` read from the answer to ``path`` (GET without a body, else POST), within the deadline."""
+        base = self.base_url.rstrip("/")
+        url = (base.removesuffix("/v1") if root else base) + path
+        deadline = time.monotonic() + self.timeout
+        answer: Future = Future()
+
+        def attempts():  # in a thread of its own, so that nothing the server does outlasts the deadline
+            try:
+                answer.set_result(self._attempts(url, body, deadline))
+            except BaseException as e:
+                answer.set_exception(e)
+
+        threading.Thread(target=attempts, daemon=True).start()
+        try:
+            data = answer.result(timeout=self.timeout)
+        except TimeoutError:
+            raise self._timed_out() from None
+        if reply is None:
+            return None
+        try:
+            return reply.model_validate_json(data)
+        except pydantic.ValidationError as e:
+            error = e.errors()[0]
+            where = ".".join(map(str, error["loc"])) or "the body"
+            raise ModelServerError(f"the model server at {self.base_url} sent a malformed reply to {path} "
+                                   f"({where}: {error['msg']})") from None
+
+    def _attempts(self, url: str, body: dict | None, deadline: float) -> bytes:
+        for attempt in itertools.count():
+            try:
+                return self._attempt(url, body, deadline)
+            except _Transient:
+                backoff = min(0.5 * 2 ** attempt, 8.0)
+                if attempt == self.max_retries or time.monotonic() + backoff >= deadline:
+                    raise
+            time.sleep(backoff)
+
+    def _attempt(self, url: str, body: dict | None, deadline: float) -> bytes:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data, {"Content-Type": "application/json",
+                                                     "Authorization": f"Bearer {self.api_key}"})
+        try:
+            with _OPENER.open(request, timeout=max(deadline - time.monotonic(), 0.01)) as response:
+                status, content = response.status, self._read(response, deadline)
+        except TimeoutError:
+            raise self._timed_out() from None
+        except (OSError, http.client.HTTPException) as e:
+            raise _Transient(f"cannot reach the model server at {self.base_url}: "
+                             f"{getattr(e, 'reason', e)}") from None
+        if status >= 300:
+            kind = _Transient if status in RETRIED_STATUS or status >= 500 else ModelServerError
+            detail = " ".join(content[:500].decode(errors="replace").split())
+            raise kind(f"the model server at {self.base_url} answered {status}: {detail}")
+        return content
+
+    def _read(self, response, deadline: float) -> bytes:
+        """The body, refused past ``max_reply_bytes`` or the deadline."""
+        limit = self.max_reply_bytes
+        too_large = ModelServerError(f"the model server at {self.base_url} sent a reply over {limit} bytes")
+        if (response.length or 0) > limit:  # the declared Content-Length
+            raise too_large
+        chunks, size = [], 0
+        while chunk := response.read1(1 << 16):
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            if time.monotonic() > deadline:
+                raise self._timed_out()
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _timed_out(self) -> _Transient:
+        return _Transient(f"the model server at {self.base_url} did not answer within {self.timeout:g} s")

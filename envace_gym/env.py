@@ -12,11 +12,12 @@ import gymnasium as gym
 from envace_gym.endpoint import ModelServerError
 from envace_gym.errors import ErrorCode, ToolError, error_code_of
 from envace_gym.fidelity import fidelity
+from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
 from envace_gym.messages import ToolCall, assistant_message, parse_act, parse_rehearsal, tool_message
 from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
 from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
-from envace_gym.suite import CallRecord, Episode, Response, Suite, User, recording_key
+from envace_gym.suite import OVER_TIME, CallRecord, Episode, Response, Suite, User, execute, recording_key
 
 DYNAMICS = ("real", "rehearsed", "simulated", "replay", "mixed", "shadow")
 
@@ -35,7 +36,11 @@ class EnvACEEnv(gym.Env):
     ``max_steps_per_turn`` the tool-calling act turns between two user messages;
     passing either ends the episode as truncated. A one-step suite (BFCL's
     single-turn categories) ends with the agent's first message: its calls are
-    validated and scored, never run.
+    validated and scored, never run. ``limits`` (:class:`~envace_gym.limits.Limits`)
+    bounds each call and user turn in time and memory, and arguments and responses
+    in size; a call over them is answered with the ``limit_exceeded`` error.
+    Nothing a world, user or model does raises out of ``step``: a failure that is
+    not a tool error ends the episode with ``info["error"]``.
 
     A rehearse observation is, with ``rehearsal_format="inline"``, the conversation
     itself ending with the pending call (the response goes where the chat template
@@ -62,13 +67,14 @@ class EnvACEEnv(gym.Env):
                  p_real: float = 0.5, simulator: Any = None,
                  recordings: list[dict] | None = None, rehearsal_format: str = "inline",
                  response_cache: ResponseCache | None = None, examples_per_tool: int = 3,
-                 render_mode: str | None = None):
+                 limits: Limits | None = None, render_mode: str | None = None):
         self.suite = suite
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
         if not self.task_ids:
             raise ValueError(f"no tasks selected in {suite.name} (split={split!r})")
         for task_id in self.task_ids:
             suite.task(task_id)  # fail early on unknown ids
+        self._task_set = set(self.task_ids)
         self._check_dynamics(dynamics, simulator)
         reward = resolve_reward(reward)
         if reward is not None:
@@ -86,6 +92,7 @@ class EnvACEEnv(gym.Env):
         self.recordings = recordings
         self.rehearsal_format, self.response_cache = rehearsal_format, response_cache
         self.examples_per_tool = examples_per_tool
+        self.limits = limits or Limits()
         self.render_mode = render_mode
         self.observation_space = ObservationSpace()
         self.tools = suite.tools(suite.task(self.task_ids[0]))
@@ -95,7 +102,10 @@ class EnvACEEnv(gym.Env):
     # public API ----------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = options or {}
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise TypeError(f"reset options must be a dict, got {type(options).__name__}")
         dynamics = options.get("dynamics", self.dynamics)
         self._check_dynamics(dynamics, self.simulator)
         self._reward = self.reward if self.reward is not None else DEFAULT_REWARD[dynamics]
@@ -103,13 +113,16 @@ class EnvACEEnv(gym.Env):
         task_id = options.get("task_id")
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        elif str(task_id) not in self._task_set:
+            raise ValueError(f"task {task_id!r} is not one of this env's tasks ({self.suite.name}); "
+                             "select it with gym.make(..., task_ids=[...]) or another split=")
         task = self.suite.task(str(task_id))
         self.tools = self.suite.tools(task)
         self.action_space.tools, self.action_space.role = self.tools, "act"
         world = self.suite.new_world(task)
         self._user = self.suite.make_user(self.user, task, seed=int(self.np_random.integers(2**31)),
                                           **self.user_kwargs)
-        self.episode = Episode(self.suite, task, world, dynamics)
+        self.episode = Episode(self.suite, task, world, dynamics, limits=self.limits)
         self.episode.messages = [{"role": "system", "content": self.suite.system_prompt(task)},
                                  *self.suite.opening_messages(task)]
         self._pending: deque[tuple[ToolCall, str]] = deque()  # calls and who answers each
@@ -124,11 +137,14 @@ class EnvACEEnv(gym.Env):
         if ep is None or ep.ended_by is not None:
             raise RuntimeError("the episode has ended (or never began): call reset()")
         records: list[CallRecord] = []
-        if self._pending:
-            self._rehearse(action, records)
-        else:
-            self._act(action, records)
-        self._advance(records)
+        try:
+            if self._pending:
+                self._rehearse(action, records)
+            else:
+                self._act(action, records)
+            self._advance(records)
+        except Exception as e:  # a bug in a world, user or suite: the episode ends, its record kept
+            self._fail(e)
         if ep.ended_by is None and not self._pending:
             if self._transferred:
                 ep.ended_by = "transfer"
@@ -145,9 +161,10 @@ class EnvACEEnv(gym.Env):
             terminated = not truncated
             try:
                 reward, info["reward_source"], info["reward_info"] = compute_reward(self._reward, ep)
-            except ModelServerError as e:  # a judge that cannot be reached: the episode is kept
-                info["reward_source"] = getattr(self._reward, "__name__", "callable")
-                info["reward_info"], info["error"] = {}, str(e)
+            except Exception as e:  # a judge that cannot be reached, a failing evaluator: the episode is kept
+                info["reward_source"] = getattr(self._reward, "__name__", self._reward)
+                info["reward_info"] = {}
+                info["error"] = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
             info["ended_by"] = ep.ended_by
         return self._obs(), reward, terminated, truncated, info
 
@@ -169,8 +186,8 @@ class EnvACEEnv(gym.Env):
         clone = copy.copy(self)
         ep = self.episode
         clone.episode = Episode(ep.suite, ep.task, ep.world.fork(), dynamics or ep.dynamics,
-                                list(ep.messages), [copy.copy(c) for c in ep.calls], ep.ended_by)
-        clone._pending = deque(self._pending)
+                                copy.deepcopy(ep.messages), copy.deepcopy(ep.calls), ep.ended_by, ep.limits)
+        clone._pending = copy.deepcopy(self._pending)
         clone._user = copy.deepcopy(self._user)
         clone.action_space = copy.deepcopy(self.action_space)
         clone._np_random = copy.deepcopy(self.np_random)
@@ -179,7 +196,19 @@ class EnvACEEnv(gym.Env):
             clone._reward = self.reward if self.reward is not None else DEFAULT_REWARD[dynamics]
             check_reward(clone._reward, dynamics)
             clone._replay_table = self._recording_table(ep.task) if dynamics == "replay" else None
+            # pending calls are answered as the new dynamics answer them
+            clone._pending = deque((call, clone._source()) for call, _ in clone._pending)
+            try:
+                clone._advance([])
+            except Exception as e:
+                clone._fail(e)
         return clone
+
+    def observation(self) -> dict:
+        """The current observation (what the last ``reset`` or ``step`` returned, or a fork's)."""
+        if self.episode is None:
+            raise RuntimeError("observation() needs a started episode: call reset() first")
+        return self._obs()
 
     def real_response(self, name: str, arguments: dict) -> Response:
         """What the real world would answer now (used by the oracle's perfect rehearsals).
@@ -187,7 +216,8 @@ class EnvACEEnv(gym.Env):
         Computed on a fresh world that replays the episode's calls, so the
         episode's own world is never touched.
         """
-        return self.episode.replayed_world().execute(name, arguments)
+        ep = self.episode
+        return execute(ep.suite, ep.replayed_world(), name, arguments, self.limits)
 
     @property
     def role(self) -> str:
@@ -207,7 +237,7 @@ class EnvACEEnv(gym.Env):
             self._turn_steps += 1
             self._pending.extend((call, self._source()) for call in calls)
             return
-        reply = self._guarded(self._user.reply, text, ep.world)
+        reply = self._guarded(self._user.reply, text, ep.world, seconds=self.limits.user_seconds)
         if reply is None:
             return
         for record in reply.calls:
@@ -224,7 +254,7 @@ class EnvACEEnv(gym.Env):
     def _record_unanswered(self, calls: list[ToolCall], records: list[CallRecord]) -> None:
         """A one-step suite's calls: validated and recorded for scoring, answered by no one."""
         for call in calls:
-            error = self.tools.check(call)
+            error = self._check(call)
             record = CallRecord(call.id, call.name, call.arguments, "assistant",
                                 "rejected" if error else "unanswered",
                                 error.content() if error else "", error and str(error.code),
@@ -232,34 +262,65 @@ class EnvACEEnv(gym.Env):
             self.episode.calls.append(record)
             records.append(record)
 
-    def _guarded(self, fn, *args):
+    def _guarded(self, fn, *args, seconds: float | None = None):
         """Call a user or simulator; a failure (a dead server, say) ends the episode, state intact."""
         try:
-            return fn(*args)
+            return run_bounded(lambda: fn(*args), seconds)
+        except BudgetExceeded:
+            self._fail(f"{getattr(fn, '__qualname__', fn)} ran past its time budget of {seconds} s")
         except Exception as e:
-            self.episode.ended_by, self._error = "error", f"{type(e).__name__}: {e}"
-            return None
+            self._fail(e)
+        return None
+
+    def _fail(self, error: Exception | str) -> None:
+        """End the episode on a failure that is not a tool error."""
+        self.episode.ended_by = "error"
+        self._error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        self._pending.clear()
+        self.action_space.role = "act"
+
+    def _check(self, call: ToolCall) -> ToolError | None:
+        """The error that rejects ``call`` (its schema, then the size of its arguments), or None."""
+        error = self.tools.check(call)
+        if error is None and len(json.dumps(call.arguments)) > self.limits.argument_chars:
+            error = ToolError(ErrorCode.LIMIT_EXCEEDED,
+                              f"the arguments of '{call.name}' exceed {self.limits.argument_chars} characters")
+        return error
+
+    def _execute(self, call: ToolCall) -> tuple[str, Response]:
+        """``(source, response)`` of one validated call on the world, within the limits.
+
+        A call that runs out of time leaves no trace: the world is rebuilt from the
+        episode's earlier calls, and the call is recorded as rejected.
+        """
+        ep = self.episode
+        response = execute(ep.suite, ep.world, call.name, call.arguments, self.limits)
+        if response.native != OVER_TIME:
+            return "real", response
+        if call.name not in ep.suite.stateless_tools:
+            ep.world = ep.replayed_world()
+        return "rejected", response
 
     def _advance(self, records: list[CallRecord]) -> None:
         """Answer pending calls until one needs a rehearse turn by the acting agent."""
         while self._pending and self.episode.ended_by is None:
             call, source = self._pending[0]
-            error = self.tools.check(call)
+            error = self._check(call)
             if error is not None:
                 self._answer(call, "rejected", error.content(), records)
             elif source == "rehearse":
                 self.action_space.role = "rehearse"
                 return
             elif source == "real":
-                response = self.episode.world.execute(call.name, call.arguments)
-                self._answer(call, "real", response.content, records, native=response.native)
+                source, response = self._execute(call)
+                self._answer(call, source, response.content, records, native=response.native)
             elif source == "replay":
                 self._answer(call, "replay", self._replayed(call), records)
             else:
                 text = self._guarded(self.simulator.act, self._obs())
                 if text is None:
                     return
-                value, error = parse_rehearsal(text)
+                value, error = parse_rehearsal(text, self.limits.response_chars)
                 self._rehearsal_errors += error is not None
                 self._answer(call, "simulated", error.content() if error else json.dumps(value), records)
         self.action_space.role = "act"
@@ -273,19 +334,20 @@ class EnvACEEnv(gym.Env):
 
     def _rehearse(self, action: Any, records: list[CallRecord]) -> None:
         call, _ = self._pending[0]
-        value, error = parse_rehearsal(action)
+        value, error = parse_rehearsal(action, self.limits.response_chars)
         self._rehearsal_errors += error is not None
         rehearsed = error.content() if error else json.dumps(value)
         if self.episode.dynamics != "shadow":
             self._answer(call, "rehearsed", rehearsed, records)
             return
-        response = self.episode.world.execute(call.name, call.arguments)
-        self._answer(call, "real", response.content, records, native=response.native,
+        source, response = self._execute(call)
+        self._answer(call, source, response.content, records, native=response.native,
                      rehearsed=rehearsed, fidelity=fidelity(response.content, rehearsed))
 
     def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord],
                 **extra: Any) -> None:
         self._pending.popleft()
+        content = content.replace("<", "\\u003c")  # the same JSON value, with no tag or control token
         record = CallRecord(call.id, call.name, call.arguments, "assistant", source, content,
                             error_code_of(json.loads(content)), position=len(self.episode.messages),
                             **extra)

@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     MALFORMED_RESPONSE = "malformed_response"
     NO_RECORDING = "no_recording"
     MALFORMED_JUDGEMENT = "malformed_judgement"
+    LIMIT_EXCEEDED = "limit_exceeded"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 from envace_gym.errors import ErrorCode, ToolError
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+LEADING_THINK_RE = re.compile(r"^\s*(?:<think>.*?(?:</think>|\Z)\s*)+", re.DOTALL)
 RESPONSE_TAG_RE = re.compile(
     r"^\s*<(tool_response|execution_result)>(.*?)</\1>\s*$", re.DOTALL
 )
@@ -53,15 +53,41 @@ def json_depth(value: Any) -> int:
     return depth
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not standard JSON")
+
+
 def loads_bounded(text: str) -> Any:
-    """``json.loads`` that also rejects values nested deeper than ``MAX_JSON_DEPTH``."""
+    """Standard JSON only (no NaN or Infinity), nested at most ``MAX_JSON_DEPTH`` deep."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     if json_depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as plain, standard JSON data (string keys, finite numbers), or ValueError.
+
+    Structured actions come from Python, not text: a set, a NaN or an object inside
+    them would break rendering, replay and records later, so they are refused here.
+    """
+    try:
+        plain = loads_bounded(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise ValueError(f"not JSON data: {e}") from None
+    if plain != value:  # json.dumps turned non-string keys (or tuples) into something else
+        raise ValueError("not JSON data: keys must be strings and sequences lists")
+    return plain
+
+
+def dumps_safe(value: Any) -> str:
+    """JSON text of ``value`` with every ``<`` written as ``\\u003c``: the same JSON value,
+    but no chat-template tag or control token (``</tool_response>``, ``<|im_start|>``)
+    can appear in it, whoever wrote the strings inside."""
+    return json.dumps(value).replace("<", "\\u003c")
 
 
 def _call_from_obj(obj: Any, call_id: str) -> ToolCall:
@@ -86,9 +112,6 @@ def _call_from_obj(obj: Any, call_id: str) -> ToolCall:
     if not isinstance(args, dict):
         return ToolCall(call_id, name, error=ToolError(
             ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' must be a JSON object"))
-    if json_depth(args) > MAX_JSON_DEPTH:
-        return ToolCall(call_id, name, error=ToolError(
-            ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' are nested too deeply"))
     return ToolCall(call_id, name, args)
 
 
@@ -109,7 +132,13 @@ def parse_act(action: Any, id_prefix: str = "call") -> tuple[str, list[ToolCall]
     calls: list[ToolCall] = []
     for obj in structured:
         call_id = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
-        calls.append(_call_from_obj(obj, call_id or f"{id_prefix}_{len(calls)}"))
+        call_id = call_id or f"{id_prefix}_{len(calls)}"
+        try:
+            obj = as_json(obj)
+        except ValueError as e:
+            calls.append(ToolCall(call_id, "", error=ToolError(ErrorCode.MALFORMED_CALL, f"the tool call is {e}")))
+            continue
+        calls.append(_call_from_obj(obj, call_id))
     for m in TOOL_CALL_RE.finditer(text):
         call_id = f"{id_prefix}_{len(calls)}"
         try:
@@ -124,15 +153,21 @@ def parse_act(action: Any, id_prefix: str = "call") -> tuple[str, list[ToolCall]
 
 
 def parse_rehearsal(action: Any, max_chars: int = MAX_RESPONSE_CHARS) -> tuple[Any, ToolError | None]:
-    """Parse a rehearse action into a JSON object or array, or a structured error."""
+    """Parse a rehearse action into a JSON object or array, or a structured error.
+
+    Leading ``<think>`` blocks are dropped; one inside a JSON string is data and stays.
+    """
     if isinstance(action, (dict, list)):
-        action = json.dumps(action)
+        try:
+            action = json.dumps(as_json(action))
+        except ValueError as e:
+            return None, ToolError(ErrorCode.MALFORMED_RESPONSE, f"the tool response is {e}")
     if not isinstance(action, str):
         return None, ToolError(ErrorCode.MALFORMED_RESPONSE, "a tool response must be text")
     if len(action) > max_chars:
         return None, ToolError(
             ErrorCode.MALFORMED_RESPONSE, f"the tool response exceeds {max_chars} characters")
-    text = THINK_RE.sub("", action)
+    text = LEADING_THINK_RE.sub("", action)
     m = RESPONSE_TAG_RE.match(text)
     if m:
         text = m.group(2)

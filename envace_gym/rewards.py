@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Union
 
-from envace_gym.endpoint import ChatEndpoint
+from envace_gym.endpoint import ChatEndpoint, parse_spec
 from envace_gym.errors import ErrorCode
 from envace_gym.messages import parse_rehearsal
 from envace_gym.suite import Episode
@@ -45,23 +45,24 @@ class JudgeReward:
 
     The judge sees the suite's success criteria and the episode (system prompt left
     out); its reply is data: one bounded JSON object whose ``score`` must be a number
-    in [0, 1], else the reward is 0 with a ``malformed_judgement`` error. A server
-    that cannot be reached raises :class:`~envace_gym.endpoint.ModelServerError`.
+    in [0, 1], else the reward is 0 with a ``malformed_judgement`` error. ``endpoint``
+    options (``timeout``, ``max_retries``, ``max_reply_bytes``) go to the
+    :class:`~envace_gym.endpoint.ChatEndpoint`, and may be given in the spec:
+    ``judge:MODEL@BASE_URL?timeout=10&max_retries=1``. A server that cannot be reached
+    or answers badly raises :class:`~envace_gym.endpoint.ModelServerError`.
     """
 
     __name__ = "judge"
 
-    def __init__(self, model: str, base_url: str, api_key: str = "EMPTY", timeout: float = 60.0,
-                 max_retries: int = 3, max_chars: int = 48_000, max_tokens: int = 256):
-        self.endpoint = ChatEndpoint(base_url, model, api_key, timeout, max_retries)
+    def __init__(self, model: str, base_url: str, api_key: str = "EMPTY", max_chars: int = 48_000,
+                 max_tokens: int = 256, **endpoint):
+        self.endpoint = ChatEndpoint(base_url, model, api_key, **endpoint)
         self.max_chars, self.max_tokens = max_chars, max_tokens
 
     @classmethod
     def from_spec(cls, spec: str) -> JudgeReward:
-        model, _, base_url = spec.removeprefix("judge:").partition("@")
-        if not model or not base_url:
-            raise ValueError(f"a judge reward is 'judge:MODEL@BASE_URL', got {spec!r}")
-        return cls(model, base_url)
+        model, base_url, options = parse_spec(spec, "judge:")
+        return cls(model, base_url, **options)
 
     def __call__(self, episode: Episode) -> tuple[float, dict]:
         lines = []

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from envace_gym.errors import ToolError
+from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
+from envace_gym.messages import loads_bounded
 from envace_gym.tools import ToolSet
 
 
@@ -125,18 +127,30 @@ class Episode:
     messages: list[dict] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
     ended_by: str | None = None  # "user_stop", "transfer", "max_turns", ...
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def truncated(self) -> bool:
         return self.ended_by in ("max_turns", "max_steps")
 
     def replayed_world(self) -> World:
-        """A fresh world after every call of the episode that passed validation, in order."""
-        world = self.suite.new_world(self.task)
-        for call in self.calls:
-            if call.ran:
-                world.execute(call.name, call.arguments, call.requestor)
-        return world
+        """A fresh world after every call of the episode that passed validation, in order.
+
+        Each call runs within the episode's limits; if one runs out of time, the replay
+        starts again without it, so its partial effects never count.
+        """
+        skipped: set[int] = set()
+        while True:
+            world = self.suite.new_world(self.task)
+            for i, call in enumerate(self.calls):
+                if call.ran and i not in skipped:
+                    response = execute(self.suite, world, call.name, call.arguments, self.limits, call.requestor)
+                    if response.error is not None and response.error.code == ErrorCode.LIMIT_EXCEEDED \
+                            and response.native == OVER_TIME and call.name not in self.suite.stateless_tools:
+                        skipped.add(i)
+                        break
+            else:
+                return world
 
 
 class Suite(ABC):
@@ -145,6 +159,9 @@ class Suite(ABC):
     name: str
     transfer_tool: str | None = None
     one_step: bool = False  # the episode ends with the agent's first message (calls scored, not run)
+    # tools that read and change no world state (arithmetic): run in a child process under the
+    # call budget, so that even one uninterruptible C-level operation is cut short
+    stateless_tools: frozenset[str] = frozenset()
 
     @abstractmethod
     def task_ids(self, split: str | None) -> list[str]: ...
@@ -204,6 +221,54 @@ class Suite(ABC):
                 table.setdefault(recording_key(call["name"], call["arguments"]), []).append(response.content)
             self._recordings[task.id] = table
         return self._recordings[task.id]
+
+
+OVER_TIME = "over_time"  # the ``native`` of a limit error whose call ran out of time
+
+
+def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limits,
+            requestor: str = "assistant") -> Response:
+    """One schema-valid call on ``world`` within ``limits``; whatever happens, a Response.
+
+    A call over its time budget answers ``limit_exceeded`` (its ``native`` is
+    :data:`OVER_TIME`; the world may hold part of its effects unless the tool is
+    stateless); an exception, a result that is not a Response, or one whose content
+    is not a JSON object or array answers ``execution_error``; an oversized one
+    ``limit_exceeded``.
+    """
+
+    def run():
+        return world.execute(name, arguments, requestor)
+
+    def error(code: ErrorCode, message: str, native=None) -> Response:
+        return Response(error=ToolError(code, message[:1000]), native=native or f"Error: {message[:1000]}")
+
+    try:
+        if name in suite.stateless_tools:
+            response = run_isolated(run, limits.call_seconds, limits.call_memory_bytes)
+        else:
+            response = run_bounded(run, limits.call_seconds)
+    except BudgetExceeded:
+        return error(ErrorCode.LIMIT_EXCEEDED, f"{name} ran past its time budget of {limits.call_seconds} s",
+                     OVER_TIME)
+    except MemoryError:
+        return error(ErrorCode.LIMIT_EXCEEDED, f"{name} ran past its memory budget")
+    except Exception as e:
+        return error(ErrorCode.EXECUTION_ERROR, f"{name}: {type(e).__name__}: {e}")
+    if not isinstance(response, Response) or (response.text is None) == (response.error is None):
+        return error(ErrorCode.EXECUTION_ERROR, f"{name}: the world answered {type(response).__name__}, "
+                                                "not a Response with text or an error")
+    if response.error is not None:
+        return response
+    if len(response.text) > limits.response_chars:
+        return error(ErrorCode.LIMIT_EXCEEDED, f"{name}: the response exceeds {limits.response_chars} characters")
+    try:
+        value = loads_bounded(response.text)
+    except ValueError as e:
+        return error(ErrorCode.EXECUTION_ERROR, f"{name}: the world's response is not valid JSON: {e}")
+    if not isinstance(value, (dict, list)):
+        return error(ErrorCode.EXECUTION_ERROR, f"{name}: the world's response is not a JSON object or array")
+    return response
 
 
 def recording_key(name: str, arguments: dict) -> tuple[str, str]:

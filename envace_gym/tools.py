@@ -18,10 +18,12 @@ class ToolSet:
 
     ``schemas`` are the tools shown to the agent; ``hidden`` ones are not shown
     but may still be called (BFCL's held-out functions, which its backends answer
-    before they are announced).
+    before they are announced). ``closed``: the tools are functions with fixed
+    keyword parameters, so an argument the schema does not name is rejected
+    (``additionalProperties: false`` at the top level, whatever the shown schema says).
     """
 
-    def __init__(self, schemas: list[dict], hidden: list[dict] = ()):
+    def __init__(self, schemas: list[dict], hidden: list[dict] = (), closed: bool = False):
         self.schemas = schemas
         self.functions = {s["function"]["name"]: s for s in [*schemas, *hidden]}
         self.by_name: dict[str, dict] = {}
@@ -30,9 +32,11 @@ class ToolSet:
         for schema in self.functions.values():
             fn = schema["function"]
             params = fn.get("parameters") or {"type": "object", "properties": {}}
+            self.by_name[fn["name"]] = params
+            if closed and "additionalProperties" not in params:
+                params = {**params, "additionalProperties": False}
             cls = jsonschema.validators.validator_for(params, default=jsonschema.Draft202012Validator)
             cls.check_schema(params)
-            self.by_name[fn["name"]] = params
             self._validators[fn["name"]] = cls(params)
             # fastjsonschema compiles the (suite-provided, trusted) schema to a Python function,
             # about 20x faster than jsonschema's interpreter; jsonschema words the errors

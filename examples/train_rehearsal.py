@@ -1,9 +1,9 @@
 """Warm-start a tiny model on gold tau2 episodes, then train it with role-wise GRPO under rehearsal.
 
-1. Warm start: the oracle's episodes of tau2-retail's train split under rehearsed
-   dynamics (it acts with the gold actions and rehearses the real responses),
-   rendered with the chat template; next-token loss as a token mean per role
-   (assistant tokens: act, tool-response tokens: rehearse), summed over the roles.
+1. Warm start (``envace_gym.training.SFT``, what ``envace-gym sft --from gold`` runs):
+   the oracle's real episodes of tau2-retail's train split in the rollouts' token
+   layout; next-token loss as a token mean per role (assistant tokens: act, real
+   tool-response tokens: rehearse), summed over the roles.
 2. Role-wise GRPO under rehearsed dynamics, rewarded with the share of the task's
    gold actions the episode's calls match (no real tool runs during training).
 3. Before and after each phase, on held-out test tasks: the act role in the real
@@ -28,80 +28,12 @@ import torch
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.compare import compare_calls
-from envace_gym.runner import run_episode
 from envace_gym.testing import tiny_model
-from envace_gym.training import TrainConfig, Trainer
+from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer, episode_tokens, gold_episodes, held_out_loss
+from envace_gym.training.checkpoint import latest
 
 ENV_ID = "EnvACE/tau2-retail-v0"
-ROLE_OF = {"assistant": 1, "tool": 2}  # token roles; 0 is context
 EVAL_ENV = {"max_turns": 6, "user_kwargs": {"max_turns": 2}}  # the scripted user ends after 2 replies
-
-
-def gold_sequences(tokenizer, split: str, task_ids) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(ids, roles) of every gold episode, one row each, as the trainer tags a rollout: an
-    assistant message is act from where the generation prompt ends, a tool message is
-    rehearse from where its content begins; template text before them is context."""
-    env = gym.make(ENV_ID, split=split, dynamics="rehearsed", reward="replay")
-    oracle = agents.load("oracle", env=env)
-    out = []
-    for task_id in task_ids:
-        run_episode(env, oracle, task_id)
-        messages, tools = env.unwrapped.episode.messages, env.unwrapped.tools.schemas
-
-        def render(upto, prompt=False):
-            return tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=False,
-                                                 add_generation_prompt=prompt)
-
-        ids, roles, previous = [], [], ""
-        for i, message in enumerate(messages):
-            text, start = render(i + 1), len(previous)
-            if message["role"] == "assistant":
-                start = len(render(i, prompt=True))
-            elif message["role"] == "tool":
-                start = text.index(message["content"], start)
-            for piece, role in ((text[len(previous):start], 0), (text[start:], ROLE_OF.get(message["role"], 0))):
-                piece_ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
-                ids += piece_ids
-                roles += [role] * len(piece_ids)
-            previous = text
-        out.append((torch.tensor([ids]), torch.tensor([roles])))
-    return out
-
-
-def role_losses(model, ids, roles) -> dict[int, torch.Tensor]:
-    """Summed next-token loss and token count of each role in one row."""
-    logits = model(input_ids=ids).logits[:, :-1].float()
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-    target = roles[:, 1:]
-    return {r: (nll[target == r].sum(), (target == r).sum()) for r in ROLE_OF.values()}
-
-
-def warm_start(model, sequences, epochs: int, lr: float) -> None:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    total = epochs * len(sequences)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0 - k / total)
-    model.train()
-    for _ in range(epochs):
-        for ids, roles in sequences:
-            parts = role_losses(model, ids, roles)
-            loss = sum(s / n for s, n in parts.values() if n)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-    model.eval()
-
-
-def held_out_loss(model, sequences) -> dict:
-    """Per-token loss of each role over the held-out gold episodes."""
-    sums = {r: [0.0, 0] for r in ROLE_OF.values()}
-    with torch.no_grad():
-        for ids, roles in sequences:
-            for r, (s, n) in role_losses(model, ids, roles).items():
-                sums[r][0] += s.item()
-                sums[r][1] += n.item()
-    return {"loss_act": sums[1][0] / sums[1][1], "loss_rehearse": sums[2][0] / sums[2][1]}
 
 
 def gold_share(episode) -> tuple[float, dict]:
@@ -132,22 +64,25 @@ def evaluate(agent, task_ids, sequences) -> dict:
             "parsed": statistics.fmean(c["parsed"] for c in calls),
             "shape": statistics.fmean(c["shape"] for c in calls),
             "leaf_match": statistics.fmean(c["leaf_match"] for c in calls),
-            **held_out_loss(agent.model, sequences)}
+            **{f"loss_{role}": loss for role, loss in
+               held_out_loss(agent.model, sequences, agent.tokenizer.pad_token_id).items()}}
 
 
 def run_seed(seed: int, args) -> dict:
     out = args.out / f"seed{seed}"
     torch.manual_seed(seed)
-    agent = agents.load(f"hf:{tiny_model(out / 'init', seed=seed)}", max_new_tokens=args.new_tokens, seed=seed)
+    init = tiny_model(out / "init", seed=seed)
+    agent = agents.load(f"hf:{init}", max_new_tokens=args.new_tokens, seed=seed)
     held_out = gym.make(ENV_ID, split="test").unwrapped.task_ids[:args.eval_tasks]
-    train_ids = gym.make(ENV_ID, split="train").unwrapped.task_ids[:args.warm_tasks]
-    held_out_gold = gold_sequences(agent.tokenizer, "test", held_out)
+    held_out_gold = [episode_tokens(agent.tokenizer, r) for r in gold_episodes(ENV_ID, "test", args.eval_tasks)]
     row = {"seed": seed, "before": evaluate(agent, held_out, held_out_gold)}
-    warm_start(agent.model, gold_sequences(agent.tokenizer, "train", train_ids), args.warm_epochs, lr=5e-3)
-    row["warm"] = evaluate(agent, held_out, held_out_gold)
-    agent.model.save_pretrained(out / "warm")
-    agent.tokenizer.save_pretrained(out / "warm")
-    config = TrainConfig(model=f"hf:{out / 'warm'}", env_id=ENV_ID, out=str(out / "grpo"), reward=gold_share,
+    SFT(SFTConfig(model=f"hf:{init}", env_id=ENV_ID, out=str(out / "warm"), split="train",
+                  max_episodes=args.warm_tasks, epochs=args.warm_epochs, batch=1, minibatch=1, lr=5e-3,
+                  save_every=0, seed=seed, tensorboard=False)).train()
+    warm = latest(out / "warm")
+    row["warm"] = evaluate(agents.load(f"hf:{warm}", max_new_tokens=args.new_tokens, seed=seed), held_out,
+                           held_out_gold)
+    config = TrainConfig(model=f"hf:{warm}", env_id=ENV_ID, out=str(out / "grpo"), reward=gold_share,
                          group_size=4, tasks_per_step=1, steps=args.grpo_steps, lr=2e-4,
                          max_new_tokens=args.new_tokens, max_turns=EVAL_ENV["max_turns"],
                          env_kwargs={"user_kwargs": EVAL_ENV["user_kwargs"]}, eval_every=0,

@@ -43,8 +43,7 @@ def test_a_malformed_verdict_is_zero_with_a_structured_error(server, reply):
 
 
 def test_a_dead_judge_ends_the_episode_with_an_error_and_loses_nothing():
-    env = _env("http://127.0.0.1:9/v1")
-    env.unwrapped.reward.endpoint.client = env.unwrapped.reward.endpoint.client.with_options(max_retries=0)
+    env = _env("http://127.0.0.1:9/v1?max_retries=0")
     reward, info, _ = play(env, agents.load("oracle", env=env), task_id=env.unwrapped.task_ids[0])
     assert reward == 0.0 and "127.0.0.1:9" in info["error"] and info["reward_source"] == "judge"
     assert len(env.unwrapped.episode.calls) > 0

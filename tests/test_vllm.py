@@ -28,13 +28,17 @@ try:
 except ImportError:
     pytest.skip(f"vllm is not installed: {INSTALL_HINT}", allow_module_level=True)
 
-ENGINE = {"gpu_memory_utilization": 0.1, "max_model_len": 12288, "dtype": "float32"}
+# the KV cache is sized explicitly: sized from free memory, it fails on a busy machine
+KV_CACHE_BYTES = 128 << 20
+ENGINE = {"gpu_memory_utilization": 0.1, "max_model_len": 12288, "dtype": "float32",
+          "kv_cache_memory_bytes": KV_CACHE_BYTES}
 CALL = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}</tool_call>'
 
 
 
 def test_offline_engine_serves_both_roles_with_logprobs(tiny):
     agent = agents.load(f"vllm:{tiny}", max_new_tokens=12, temperature=1.0, **ENGINE)
+    assert agent.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == KV_CACHE_BYTES
     env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed")
     act_obs, _ = env.reset(options={"task_id": "5"})
     rehearse_obs, *_ = env.step(CALL)
@@ -59,6 +63,7 @@ def served(tiny):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny),
            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
            "--gpu-memory-utilization", "0.1", "--max-model-len", "12288", "--dtype", "float32",
+           "--kv-cache-memory-bytes", str(KV_CACHE_BYTES),
            "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--logprobs-mode", "processed_logprobs"]
     # its own process group: killing the server must also kill the engine process it forks
     # dev mode: the trainer test reloads weights through /collective_rpc

@@ -40,9 +40,10 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
         return VLLMAgent(arg, env, **kwargs)
     if kind == "openai" and "@" in arg:
         from envace_gym.agents.openai import OpenAIAgent
+        from envace_gym.endpoint import parse_spec
 
-        model, _, base_url = arg.partition("@")
-        return OpenAIAgent(model, base_url, env, **kwargs)
+        model, base_url, options = parse_spec(name, "openai:")
+        return OpenAIAgent(model, base_url, env, **options | kwargs)
     raise ValueError(f"unknown agent {name!r}; use one of: {NAMES}")
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import tempfile
 from pathlib import Path
 
 from envace_gym.agents.prompting import Generation, TokenAgent
@@ -124,10 +126,16 @@ def smollm2_path(cache_dir: str | Path | None = None) -> Path:
         del config.quantization_config  # the weights are plain float tensors once loaded
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(dequantized.state_dict())
-    tmp = target.with_name(target.name + ".partial")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", suffix=".partial", dir=target.parent))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.rename(target)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process converted it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "model.safetensors").exists():
+            raise
     return target
 
 

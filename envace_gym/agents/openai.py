@@ -32,15 +32,16 @@ class OpenAIAgent(Agent):
     """Chat completions against ``base_url``; tool calls may come back as text or as ``tool_calls``.
 
     The chat API cannot be asked to write a tool message, so an inline rehearse
-    turn is sent as the ``prompted`` simulator prompt of the same call. Requests
-    have a timeout and retries with backoff; ``act_batch`` runs at most
-    ``concurrency`` at once; a dead server raises ``ModelServerError`` naming the URL.
+    turn is sent as the ``prompted`` simulator prompt of the same call. ``endpoint``
+    options (``timeout``: seconds per call in all, retries included; ``max_retries``;
+    ``max_reply_bytes``) go to the :class:`~envace_gym.endpoint.ChatEndpoint`, and may be
+    given in the name: ``openai:MODEL@BASE_URL?timeout=10``. ``act_batch`` runs at most
+    ``concurrency`` calls at once; a failing server raises ``ModelServerError`` naming the URL.
     """
 
-    def __init__(self, model: str, base_url: str, env=None, *, api_key: str = "EMPTY",
-                 timeout: float = 60.0, max_retries: int = 3, concurrency: int = 8,
-                 max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None):
-        self.endpoint = ChatEndpoint(base_url, model, api_key, timeout, max_retries)
+    def __init__(self, model: str, base_url: str, env=None, *, api_key: str = "EMPTY", concurrency: int = 8,
+                 max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None, **endpoint):
+        self.endpoint = ChatEndpoint(base_url, model, api_key, **endpoint)
         self.concurrency = concurrency
         self.sampling = {"max_tokens": max_tokens, "temperature": temperature}
         if seed is not None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from abc import abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 from envace_gym.agents.base import Agent
 
 SENTINEL = "\x00ENVACE_TOOL_RESPONSE\x00"
+ZERO_WIDTH_SPACE = "\u200b"
 
 
 @dataclass
@@ -25,21 +28,62 @@ def is_inline_rehearsal(obs: dict) -> bool:
     return obs["role"] == "rehearse" and obs["messages"][-1]["role"] in ("assistant", "tool")
 
 
+def _control_tokens(tokenizer) -> re.Pattern | None:
+    """A pattern of the tokenizer's special and added tokens (``<|im_start|>``, ``<tool_call>``)."""
+    cached = getattr(tokenizer, "_envace_control_tokens", False)
+    if cached is not False:
+        return cached
+    tokens = set(getattr(tokenizer, "all_special_tokens", []))
+    tokens |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()}
+    tokens = sorted((t for t in tokens if len(t) > 1), key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, tokens))) if tokens else None
+    try:
+        tokenizer._envace_control_tokens = pattern
+    except AttributeError:
+        pass
+    return pattern
+
+
+def defused(tokenizer, messages: list[dict]) -> list[dict]:
+    """``messages`` with every control token inside their text broken by a zero-width space.
+
+    Messages hold text written by models, users and tools; rendered and tokenized as
+    they are, a ``<|im_start|>`` inside one would open a forged turn. Only the chat
+    template itself writes control tokens into a prompt.
+    """
+    pattern = _control_tokens(tokenizer)
+    if pattern is None:
+        return messages
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(lambda m: m[0][0] + ZERO_WIDTH_SPACE + m[0][1:], value)
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return [{k: v if k == "role" else clean(v) for k, v in m.items()} for m in messages]
+
+
 def render_prompt(tokenizer, obs: dict) -> tuple[str, str | None]:
     """The prompt text for ``obs`` and the string that ends its completion (None: end of turn).
 
     An inline rehearsal is rendered as the conversation plus a tool message and cut
     where that message's content begins, so the model writes the response exactly
-    where the chat template puts one; it ends where the template closes it.
+    where the chat template puts one; it ends where the template closes it. Control
+    tokens inside the messages are defused first (:func:`defused`).
     """
     tools = obs["tools"] or None
+    messages = defused(tokenizer, obs["messages"])
     if not is_inline_rehearsal(obs):
-        return tokenizer.apply_chat_template(obs["messages"], tools=tools, add_generation_prompt=True,
+        return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
                                              tokenize=False), None
     pending = {"role": "tool", "tool_call_id": obs["tool_call"]["id"], "name": obs["tool_call"]["name"],
                "content": SENTINEL}
-    text = tokenizer.apply_chat_template(obs["messages"] + [pending], tools=tools, tokenize=False)
-    prefix, _, suffix = text.partition(SENTINEL)
+    text = tokenizer.apply_chat_template(messages + [pending], tools=tools, tokenize=False)
+    prefix, _, suffix = text.rpartition(SENTINEL)  # the last one: a message may hold the sentinel too
     closing = suffix.strip().split("\n")[0]
     if tokenizer.eos_token:
         closing = closing.split(tokenizer.eos_token)[0]

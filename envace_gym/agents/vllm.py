@@ -100,11 +100,10 @@ class VLLMServerAgent(TokenAgent):
 
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.endpoint = ChatEndpoint(base_url, "", timeout=timeout, max_retries=max_retries)
-        with self.endpoint.errors():
-            served = self.endpoint.client.models.list().data
+        served = self.endpoint.models()
         if not served:
             raise ModelServerError(f"the model server at {base_url} serves no model")
-        self.endpoint.model = served[0].id
+        self.endpoint.model = served[0]
         self.sampling = {"max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
                          "logprobs": 0}
         self.concurrency = concurrency
@@ -114,7 +113,7 @@ class VLLMServerAgent(TokenAgent):
     def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
         def one(prompt_ids, stop):
             choice = self.endpoint.complete(prompt_ids, **self.sampling, stop=[stop] if stop else None,
-                                            extra_body={"return_token_ids": True})
+                                            return_token_ids=True)
             token_ids = list((choice.model_extra or {}).get("token_ids") or [])
             logprobs = list(choice.logprobs.token_logprobs) if choice.logprobs else []
             if len(logprobs) != len(token_ids):

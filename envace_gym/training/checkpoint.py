@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
 import torch
 
 MANIFEST = "manifest.json"
+DIGEST = re.compile("[0-9a-f]{64}")
+STEP = re.compile("step-[0-9]+")
 
 
 class CheckpointError(RuntimeError):
@@ -38,30 +41,46 @@ def save(folder: Path, model, tokenizer, state: dict) -> Path:
     return folder
 
 
-def verify(folder: Path) -> None:
-    """Raise :class:`CheckpointError` unless every file of ``folder`` matches its manifest."""
+def verify(folder: Path, needed: tuple[str, ...] = ()) -> None:
+    """Raise :class:`CheckpointError` unless ``folder``'s manifest is an object that lists exactly
+    the folder's other entries, each a plain file (no folder, no symlink) with its SHA-256 digest,
+    ``needed`` among them."""
     manifest = folder / MANIFEST
-    if not manifest.exists():
-        raise CheckpointError(f"{folder} has no {MANIFEST}: an interrupted or foreign checkpoint")
+    if manifest.is_symlink() or not manifest.is_file():
+        raise CheckpointError(f"{folder} has no {MANIFEST} file: an interrupted or foreign checkpoint")
     try:
         files = json.loads(manifest.read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{manifest} is not valid JSON: {e}") from None
+        present = {p.name for p in folder.iterdir()} - {MANIFEST}
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{manifest} cannot be read as JSON: {e}") from None
+    if not isinstance(files, dict) or not all(isinstance(d, str) and DIGEST.fullmatch(d) for d in files.values()):
+        raise CheckpointError(f"{manifest} is not an object of file names and SHA-256 digests")
+    if set(files) != present:
+        raise CheckpointError(f"{manifest} does not list the folder's files: unlisted "
+                              f"{sorted(present - set(files))}, missing {sorted(set(files) - present)}")
+    for name in needed:
+        if name not in files:
+            raise CheckpointError(f"{folder} lacks {name}")
     for name, digest in files.items():
         path = folder / name
-        if not path.exists():
-            raise CheckpointError(f"{folder} lacks {name}")
-        if _sha256(path) != digest:
+        if path.is_symlink() or not path.is_file():
+            raise CheckpointError(f"{path} is not a plain file")
+        try:
+            intact = _sha256(path) == digest
+        except OSError as e:
+            raise CheckpointError(f"{path} cannot be read: {e}") from None
+        if not intact:
             raise CheckpointError(f"{path} does not match its checksum: truncated or corrupted")
 
 
-def load_state(folder: Path) -> dict:
-    """The training state of a verified checkpoint (model weights are loaded by the caller)."""
-    verify(folder)
+def load_state(folder: Path, weights: str) -> dict:
+    """The training state of a verified checkpoint whose model weights are the file ``weights``
+    (loaded by the caller)."""
+    verify(folder, ("state.pt", weights))
     return torch.load(folder / "state.pt", weights_only=True)
 
 
 def latest(out: Path) -> Path | None:
-    steps = sorted((p for p in out.glob("step-*") if p.is_dir() and not p.name.endswith(".partial")),
-                   key=lambda p: int(p.name.split("-")[1]))
-    return steps[-1] if steps else None
+    """The ``step-N`` folder of ``out`` with the highest N; other names (``step-3.partial``) are not steps."""
+    steps = [p for p in out.glob("step-*") if STEP.fullmatch(p.name) and p.is_dir()]
+    return max(steps, key=lambda p: int(p.name.removeprefix("step-")), default=None)

@@ -64,7 +64,8 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
     """Play ``group_size`` episodes of every task (one env each), generations batched across envs.
 
     Returns the conversation row of every episode (in task order), then the rows of
-    prompted rehearse generations, if any.
+    prompted rehearse generations, if any. An episode that ended with an error (a model
+    server of the judge, the user or a simulator failed) has it in ``info["error"]``.
     """
     assert len(envs) == len(task_ids) * group_size, "one env per episode"
     tok = agent.tokenizer
@@ -103,7 +104,7 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
             observations[i] = obs
             if terminated or truncated:
                 r = rollouts[i]
-                r.reward, r.info = reward, {k: info.get(k) for k in ("ended_by", "reward_source", "turn")}
+                r.reward, r.info = reward, {k: info.get(k) for k in ("ended_by", "reward_source", "turn", "error")}
                 for other in extra:
                     if other.episode == r.episode:
                         other.reward, other.info = r.reward, r.info

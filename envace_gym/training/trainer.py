@@ -50,14 +50,22 @@ class TrainConfig:
     temperature: float = 1.0
     max_turns: int = 8
     rehearsal_format: str = "inline"  # or "prompted": every rehearse generation its own row
-    eval_every: int = 5
+    eval_every: int = 5  # 0: never
     eval_tasks: int = 4
-    save_every: int = 5
+    save_every: int = 5  # 0: only at the end
     seed: int = 0
     tensorboard: bool = True  # also log the metrics as TensorBoard scalars in OUT/tensorboard
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft) on every linear layer instead
     engine_kwargs: dict = field(default_factory=dict)  # for vllm:PATH models: passed to vllm.LLM
     env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments, e.g. user_kwargs
+
+    def __post_init__(self):
+        for name in ("steps", "group_size", "tasks_per_step", "epochs", "minibatch", "eval_tasks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        for name in ("eval_every", "save_every", "lora_rank"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)!r}")
 
 
 class Trainer:
@@ -76,6 +84,22 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig):
+        self._load_policy(config, max_new_tokens=config.max_new_tokens, temperature=config.temperature)
+        self.reference = copy.deepcopy(self.model).eval() if config.kl_coef else None
+        self._prepare_optimizer()
+        make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns,
+                    rehearsal_format=config.rehearsal_format, **config.env_kwargs)
+        self.envs = [gym.make(config.env_id, split=config.split, **make)
+                     for _ in range(len(self._my_tasks(range(config.tasks_per_step))) * config.group_size)]
+        self.task_ids = self.envs[0].unwrapped.task_ids
+        self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
+        self.eval_env = gym.make(config.env_id, split=config.eval_split, dynamics=config.eval_dynamics,
+                                 max_turns=config.max_turns, **config.env_kwargs)
+        self.step, self.cursor = 0, 0
+
+    def _load_policy(self, config, **sampling) -> None:
+        """Accelerate, the output folder, the seeds, and ``agent``, ``model`` (LoRA-wrapped when
+        ``config.lora_rank``) and ``tokenizer``: what every loop here (GRPO, SFT) starts from."""
         from accelerate import Accelerator
 
         self.cfg = config
@@ -85,8 +109,7 @@ class Trainer:
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         device = str(self.accelerator.device)
-        sampling = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                        seed=config.seed + self.rank)
+        sampling["seed"] = config.seed + self.rank
         self.engine = None
         if config.model.startswith("vllm:"):  # vLLM generates; a torch copy of the model trains
             if config.lora_rank:
@@ -111,22 +134,15 @@ class Trainer:
                 r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
                 target_modules="all-linear", task_type="CAUSAL_LM"))
         self.model, self.tokenizer = model, self.agent.tokenizer
-        self.reference = copy.deepcopy(self.model).eval() if config.kl_coef else None
+
+    def _prepare_optimizer(self) -> None:
+        """AdamW on the trainable weights, through accelerate, and a linear decay over ``cfg.steps``."""
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model, self.optimizer = self.accelerator.prepare(
-            self.model, torch.optim.AdamW(trainable, lr=config.lr))
+            self.model, torch.optim.AdamW(trainable, lr=self.cfg.lr))
         # linear decay over training steps (not optimizer steps: prompted rows vary in number)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda k: max(0.0, 1.0 - k / config.steps))
-        make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns,
-                    rehearsal_format=config.rehearsal_format, **config.env_kwargs)
-        self.envs = [gym.make(config.env_id, split=config.split, **make)
-                     for _ in range(len(self._my_tasks(range(config.tasks_per_step))) * config.group_size)]
-        self.task_ids = self.envs[0].unwrapped.task_ids
-        self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
-        self.eval_env = gym.make(config.env_id, split=config.eval_split, dynamics=config.eval_dynamics,
-                                 max_turns=config.max_turns, **config.env_kwargs)
-        self.step, self.cursor = 0, 0
+            self.optimizer, lambda k: max(0.0, 1.0 - k / self.cfg.steps))
 
     @property
     def rank(self) -> int:
@@ -163,7 +179,7 @@ class Trainer:
                     if isinstance(value, (int, float)) and key != "step":
                         board.add_scalar(key, value, self.step)
                 board.flush()
-            if self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps:
+            if (self.cfg.save_every and self.step % self.cfg.save_every == 0) or self.step == self.cfg.steps:
                 if main:
                     self.save()
                 self.accelerator.wait_for_everyone()
@@ -190,17 +206,25 @@ class Trainer:
 
             rollouts = sorted(gather_object(rollouts), key=lambda r: r.group)
         sampled = time.perf_counter()
-        stats = self.update(rollouts)
+        # an episode whose reward failed (a judge's server, say) is not learnt from, nor in any baseline
+        errors = {r.episode: r.info["error"] for r in rollouts if r.info.get("error")}
+        kept = [r for r in rollouts if r.episode not in errors]
+        if kept:
+            stats = self.update(kept)
+        else:  # nothing to learn from; the schedule still counts the step
+            stats = {"lr": self.scheduler.get_last_lr()[0]}
+            self.scheduler.step()
         self.step += 1
         tokens = sum(len(r.ids) for r in rollouts)
         episodes: dict[int, dict] = {}  # rows summed into their episodes (prompted rows share one)
-        for r in rollouts:
+        for r in kept:
             e = episodes.setdefault(r.episode, {"reward": r.reward, "act": 0, "rehearse": 0})
             for role in ROLES:
                 e[role] += r.generations[role]
         record = {"step": self.step, "tasks": tasks,
-                  "reward": statistics.fmean(e["reward"] for e in episodes.values()), "rows": len(rollouts),
-                  "tokens": tokens, "tokens_per_s": tokens / (time.perf_counter() - start),
+                  "reward": statistics.fmean(e["reward"] for e in episodes.values()) if episodes else None,
+                  "reward_errors": len(errors), "reward_error": next(iter(errors.values()), None),
+                  "rows": len(rollouts), "tokens": tokens, "tokens_per_s": tokens / (time.perf_counter() - start),
                   "rollout_s": sampled - start, "update_s": time.perf_counter() - sampled, **stats}
         for role in ROLES:
             having = [e["reward"] for e in episodes.values() if e[role]]
@@ -306,15 +330,17 @@ class Trainer:
         folder = checkpoint.latest(self.out)
         if folder is None:
             raise checkpoint.CheckpointError(f"no checkpoint to resume in {self.out}")
-        state = checkpoint.load_state(folder)
-        if self.cfg.lora_rank:  # the checkpoint holds the adapter; the base model is config.model
+        # LoRA: the checkpoint holds the adapter; the base model is config.model
+        weights_file = "adapter_model.safetensors" if self.cfg.lora_rank else "model.safetensors"
+        state = checkpoint.load_state(folder, weights_file)
+        if self.cfg.lora_rank:
             from peft import set_peft_model_state_dict
 
-            result = set_peft_model_state_dict(self.model, load_file(folder / "adapter_model.safetensors"))
+            result = set_peft_model_state_dict(self.model, load_file(folder / weights_file))
             if result.unexpected_keys:
                 raise checkpoint.CheckpointError(f"{folder} does not hold this run's adapter")
         else:
-            weights = load_file(folder / "model.safetensors")
+            weights = load_file(folder / weights_file)
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
             if unexpected or [k for k in missing if "lm_head" not in k]:
                 raise checkpoint.CheckpointError(f"{folder} does not hold this model's weights")
@@ -332,7 +358,7 @@ class Trainer:
 
 
 def plot_metrics(path: Path, png: Path) -> None:
-    """Curves of reward (by role and on evaluation), loss and KL over steps."""
+    """Curves of reward (by role and on evaluation), loss (and held-out loss) and KL over steps."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -341,14 +367,15 @@ def plot_metrics(path: Path, png: Path) -> None:
     records = [json.loads(line) for line in path.read_text().splitlines()]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, keys in zip(axes, (["reward", "reward/act", "reward/rehearse", "eval/reward"],
-                               ["loss/act", "loss/rehearse"], ["eval/leaf_match", "clip_fraction/act",
-                                                               "clip_fraction/rehearse"])):
+                               ["loss/act", "loss/rehearse", "eval/loss/act", "eval/loss/rehearse"],
+                               ["eval/leaf_match", "clip_fraction/act", "clip_fraction/rehearse"])):
         for key in keys:
             points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
             if points:
                 ax.plot(*zip(*points), marker="o", ms=3, label=key)
         ax.set_xlabel("step")
-        ax.legend(fontsize=7)
+        if ax.lines:  # sft runs have no reward curves
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)

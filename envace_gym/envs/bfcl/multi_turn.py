@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import ast
 import copy
+import decimal
 import inspect
 import json
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
+
+import mpmath
 
 from envace_gym.envs.bfcl import source
 from envace_gym.envs.bfcl.schemas import openai_schema
@@ -83,7 +86,9 @@ class BFCLWorld(World):
         # backends keep and mutate the lists and dicts they are given: never hand them the caller's
         arguments = {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in arguments.items()}
         try:
-            result = getattr(self.instances[owner], name)(**arguments)
+            # the math backend sets mpmath's and decimal's process-wide precision: scope both
+            with decimal.localcontext(), mpmath.workprec(mpmath.mp.prec):
+                result = getattr(self.instances[owner], name)(**arguments)
         except Exception as e:  # a backend bug or an argument its code cannot take
             return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, f"{name}: {e}"),
                             native=f"Error during execution: {e}")
@@ -174,6 +179,9 @@ class MultiTurnSuite(Suite):
         self._answers = source.answers(category)
         self._tasks: dict[str, Task] = {}
         self._toolsets: dict[tuple, ToolSet] = {}
+        self._initial: dict[str, dict[str, Any]] = {}  # task id -> pristine backend instances
+        self.stateless_tools = frozenset(doc["name"] for name in source.stateless_classes()
+                                         for doc in source.class_docs(name))
 
     def task_ids(self, split: str | None) -> list[str]:
         if split is not None:
@@ -214,23 +222,32 @@ class MultiTurnSuite(Suite):
         held = [d for t, ds in sorted(entry.added.items()) if t > turn for d in ds]
         key = (tuple(d["name"] for d in shown), tuple(d["name"] for d in held))  # shared by entries
         if key not in self._toolsets:
+            # backend methods take fixed keyword parameters: unnamed arguments are refused
             self._toolsets[key] = ToolSet([openai_schema(d) for d in shown],
-                                          hidden=[openai_schema(d) for d in held])
+                                          hidden=[openai_schema(d) for d in held], closed=True)
         return self._toolsets[key]
 
     def system_prompt(self, task: Task) -> str:
         return SYSTEM_PROMPT
 
     def new_world(self, task: Task) -> BFCLWorld:
-        entry: Entry = task.data
-        instances = {}
-        for class_name in entry.raw["involved_classes"]:
-            instance = source.backend_class(class_name)()
-            if not source.is_stateless(class_name):
-                config = copy.deepcopy(entry.raw["initial_config"].get(class_name, {}))
-                instance._load_scenario(config, long_context=entry.long_context)
-            instances[class_name] = instance
-        return BFCLWorld(instances, entry.owners)
+        """A private copy of the entry's initial backends.
+
+        They are loaded once per entry and deep-copied, so that no world shares an
+        object with another or with bfcl-eval's modules: its loaders put module-level
+        data (the long-context credit cards, say) into instances without copying it.
+        """
+        if task.id not in self._initial:
+            entry: Entry = task.data
+            instances = {}
+            for class_name in entry.raw["involved_classes"]:
+                instance = source.backend_class(class_name)()
+                if not source.is_stateless(class_name):
+                    config = copy.deepcopy(entry.raw["initial_config"].get(class_name, {}))
+                    instance._load_scenario(config, long_context=entry.long_context)
+                instances[class_name] = instance
+            self._initial[task.id] = copy.deepcopy(instances)
+        return BFCLWorld(copy.deepcopy(self._initial[task.id]), task.data.owners)
 
     def opening_messages(self, task: Task) -> list[dict]:
         return []

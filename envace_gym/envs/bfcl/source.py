@@ -61,6 +61,11 @@ def is_stateless(class_name: str) -> bool:
     return class_name in STATELESS_CLASSES
 
 
+def stateless_classes() -> tuple[str, ...]:
+    """Backend classes without state (their calls may run in a child process)."""
+    return tuple(STATELESS_CLASSES)
+
+
 class _KeepDots:
     """Stands in for a model config: function names are checked with their dots."""
 

@@ -1,8 +1,10 @@
-"""The tau2-bench suites: ``EnvACE/tau2-{retail,airline,telecom,mock}-v0``."""
+"""The tau2-bench suites: ``EnvACE/tau2-{retail,airline,telecom,mock}-v0`` and the generated
+``EnvACE/tau2-mock-gen-v0`` (:mod:`envace_gym.envs.tau2.mock_gen`)."""
 
 from __future__ import annotations
 
 from envace_gym.env import EnvACEEnv
+from envace_gym.envs.tau2.mock_gen import MockGenSuite, get_gen_suite
 from envace_gym.envs.tau2.suite import DOMAINS, Tau2Suite, Tau2World, get_suite
 
 DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock": "base"}
@@ -15,4 +17,4 @@ def make_env(domain: str, split: str | None = "default", **kwargs) -> EnvACEEnv:
     return EnvACEEnv(get_suite(domain), split=split, **kwargs)
 
 
-__all__ = ["DOMAINS", "Tau2Suite", "Tau2World", "get_suite", "make_env"]
+__all__ = ["DOMAINS", "MockGenSuite", "Tau2Suite", "Tau2World", "get_gen_suite", "get_suite", "make_env"]

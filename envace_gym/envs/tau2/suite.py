@@ -13,6 +13,7 @@ import copy
 import importlib
 import json
 import os
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -38,6 +39,7 @@ from envace_gym.suite import Episode, Response, Suite, Task, User, World  # noqa
 from envace_gym.tools import ToolSet  # noqa: E402
 
 DOMAINS = ("retail", "airline", "telecom", "mock")
+STATELESS_TOOLS = ("calculate",)  # evaluates an expression: run isolated, so `9**9**9` is cut short
 GREETING = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
 AGENT_INSTRUCTION = (
@@ -99,33 +101,42 @@ class Tau2Suite(Suite):
         self.domain = self.name = domain
         module = importlib.import_module(f"tau2.domains.{domain}.environment")
         self._template: Environment = module.get_environment()
-        root = DATA_DIR / "tau2" / "domains" / domain
-        raw = load_file(root / "tasks.json")
-        raw = raw["tasks"] if isinstance(raw, dict) else raw
-        self._raw_tasks = {t["id"]: t for t in raw}
-        self._splits: dict[str, list[str]] = load_file(root / "split_tasks.json")
+        self._raw_tasks, self._splits = self._load_tasks()
         self._tasks: dict[str, Task] = {}
         self._initial: dict[str, Tau2World] = {}
         self._gold: dict[str, Tau2World] = {}
-        self._toolset = ToolSet([t.openai_schema for t in self._template.get_tools()])
-        self.user_toolset = (ToolSet([t.openai_schema for t in self._template.get_user_tools()])
+        # tau2's tools are Python functions: their keyword parameters are closed
+        self._toolset = ToolSet([self._schema(t) for t in self._template.get_tools()], closed=True)
+        self.user_toolset = (ToolSet([self._schema(t) for t in self._template.get_user_tools()], closed=True)
                              if self._template.user_tools is not None else None)
+        self.stateless_tools = frozenset(STATELESS_TOOLS) & set(self._toolset.names)
         self._system_prompt = (f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n"
                                f"<policy>\n{self._template.get_policy()}\n</policy>")
 
+    def _schema(self, tool) -> dict:
+        """The OpenAI schema shown for one of tau2's tools (a subclass may trim it)."""
+        return tool.openai_schema
+
     # tasks ---------------------------------------------------------------
+    def _load_tasks(self) -> tuple[Mapping[str, dict], dict[str, list[str]]]:
+        """The raw tau2 tasks by id and the splits' id lists (a subclass may generate them)."""
+        root = DATA_DIR / "tau2" / "domains" / self.domain
+        raw = load_file(root / "tasks.json")
+        raw = raw["tasks"] if isinstance(raw, dict) else raw
+        return {t["id"]: t for t in raw}, load_file(root / "split_tasks.json")
+
     def task_ids(self, split: str | None) -> list[str]:
         if split is None:
             return list(self._raw_tasks)
         if split not in self._splits:
-            raise ValueError(f"tau2 {self.domain} has no split {split!r}; "
+            raise ValueError(f"tau2 {self.name} has no split {split!r}; "
                              f"splits: {sorted(self._splits)}")
         return list(self._splits[split])
 
     def task(self, task_id: str) -> Task:
         if task_id not in self._tasks:
             if task_id not in self._raw_tasks:
-                raise KeyError(f"tau2 {self.domain} has no task {task_id!r}")
+                raise KeyError(f"tau2 {self.name} has no task {task_id!r}")
             self._tasks[task_id] = Task(task_id, Tau2Task.model_validate(self._raw_tasks[task_id]))
         return self._tasks[task_id]
 

@@ -30,16 +30,23 @@ class ScriptedUser(User):
 
     It opens with the reason for the call and the known info, answers identity
     questions with the known info and confirmation questions with yes, performs
-    the task's user-side actions (telecom) when the agent names them, and ends
+    the task's user-side actions (telecom) when the agent names them (at most
+    ``max_calls_per_message`` of them per message, found in one pass), and ends
     with tau2's stop token when the agent says it is done (``###STOP###``) or
     after ``max_turns`` replies.
     """
 
-    def __init__(self, suite, task: Task, max_turns: int = 30):
+    def __init__(self, suite, task: Task, max_turns: int = 30, max_calls_per_message: int = 8):
         self.reason, self.known = scenario_parts(task)
         self.tools = suite.user_toolset
         self.pending = [c for c in suite.gold_calls(task) if c["requestor"] == "user"]
         self.max_turns, self.turns = max_turns, 0
+        self.max_calls_per_message = max_calls_per_message
+        if self.tools is not None:  # one pass over a message finds every name; the longest wins
+            forms = {form: name for name in self.tools.names for form in (name, name.replace("_", " "))}
+            self._names = forms
+            self._mention = re.compile(
+                r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(forms, key=len, reverse=True))) + r")(?!\w)")
 
     def opening(self, world: World) -> str:
         return " ".join(p for p in (self.reason, self.known) if p).strip() or "I need some help."
@@ -75,17 +82,13 @@ class ScriptedUser(User):
         return records
 
     def _mentioned(self, text: str) -> list[str]:
-        """User tool names in ``text`` (as ``a_b`` or ``a b``), in order; the longest name wins an overlap."""
-        spans = []
-        for name in self.tools.names:
-            for form in {name, name.replace("_", " ")}:
-                spans += [(m.start(), m.end(), name)
-                          for m in re.finditer(rf"(?<![\w]){re.escape(form)}(?![\w])", text)]
-        kept: list[tuple[int, int, str]] = []
-        for start, end, name in sorted(spans, key=lambda s: s[0] - s[1]):
-            if all(end <= s or start >= e for s, e, _ in kept):
-                kept.append((start, end, name))
-        return [name for _, _, name in sorted(kept)]
+        """User tool names in ``text`` (as ``a_b`` or ``a b``), in order, at most the per-message cap."""
+        found = []
+        for m in self._mention.finditer(text):
+            found.append(self._names[m[0]])
+            if len(found) >= self.max_calls_per_message:
+                break
+        return found
 
 
 class LLMUser(User):
@@ -97,7 +100,7 @@ class LLMUser(User):
 
     def __init__(self, suite, task: Task, base_url: str, model: str, api_key: str = "EMPTY",
                  timeout: float = 60.0, max_retries: int = 3, temperature: float = 0.0,
-                 seed: int | None = None, max_tool_rounds: int = 10):
+                 seed: int | None = None, max_tool_rounds: int = 10, max_calls_per_message: int = 8):
         self.endpoint = ChatEndpoint(base_url, model, api_key, timeout, max_retries)
         self.tools = suite.user_toolset
         guidelines = (GUIDELINES_DIR / ("simulation_guidelines_tools.md" if self.tools
@@ -108,6 +111,7 @@ class LLMUser(User):
         if seed is not None:
             self.sampling["seed"] = seed
         self.max_tool_rounds, self.turns = max_tool_rounds, 0
+        self.max_calls_per_message = max_calls_per_message
 
     def opening(self, world: World) -> str:
         from envace_gym.envs.tau2.suite import GREETING
@@ -121,8 +125,9 @@ class LLMUser(User):
         for _ in range(self.max_tool_rounds):
             self.turns += 1
             message = self.endpoint.chat(self.history, **self.sampling, **extra)
-            calls = [ToolCall(c.id, c.function.name, {}) for c in message.tool_calls or []]
-            for call, raw in zip(calls, message.tool_calls or []):
+            raw_calls = (message.tool_calls or [])[:self.max_calls_per_message]
+            calls = [ToolCall(c.id, c.function.name, {}) for c in raw_calls]
+            for call, raw in zip(calls, raw_calls):
                 try:
                     call.arguments = json.loads(raw.function.arguments or "{}")
                 except ValueError:

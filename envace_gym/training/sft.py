@@ -1,0 +1,216 @@
+"""Role-masked SFT warm start on recorded real episodes, in ``train``'s token layout.
+
+An episode is a ``run`` record (:func:`envace_gym.runner.run_episode`: ``messages``,
+``tools``, ``opening_messages``, ``real_call_ids``). It becomes the token sequence an
+inline-rehearsal rollout of it would be (:func:`envace_gym.training.collect`): the
+agent's assistant messages are ``act`` tokens, the tool messages the real world
+answered are ``rehearse`` tokens, everything else (system prompt, the suite's opening,
+user turns, template text, rehearsed or rejected tool responses) is context. The loss
+is the token-mean next-token NLL of each role, summed over the roles trained; the
+loop, checkpoints and metrics are :class:`~envace_gym.training.Trainer`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envace_gym import agents
+from envace_gym.agents.prompting import render_prompt
+from envace_gym.runner import run_episodes
+from envace_gym.training.grpo import ROLE_IDS, ROLES, token_logprobs
+from envace_gym.training.rollout import Rollout, _context_delta
+from envace_gym.training.trainer import Trainer
+
+Sequence = tuple[list[int], list[int]]  # token ids and their roles (ROLE_IDS)
+
+
+def episode_tokens(tokenizer, record: dict) -> Sequence:
+    """The ids and roles of one ``run`` record's episode, as :func:`~envace_gym.training.collect` tags them.
+
+    After the opening (context), an assistant message is ``act`` from where the generation
+    prompt ends through the end-of-turn token; a tool message of a real call is ``rehearse``
+    from where its content begins through the template's closing of it (the stop string
+    of an inline rehearsal); the text in between is context, tokenized as the deltas a
+    rollout appends.
+    """
+    messages, tools, real = record["messages"], record["tools"], set(record["real_call_ids"])
+    row = Rollout(task_id=str(record.get("task_id")), group=0)
+    for i in range(record["opening_messages"], len(messages)):
+        message = messages[i]
+        if message["role"] == "assistant":
+            obs = {"role": "act", "messages": messages[:i], "tools": tools}
+        elif message["role"] == "tool" and message["tool_call_id"] in real:
+            obs = {"role": "rehearse", "messages": messages[:i], "tools": tools,
+                   "tool_call": {"id": message["tool_call_id"], "name": message["name"]}}
+        else:
+            continue
+        prompt, stop = render_prompt(tokenizer, obs)
+        row.extend(_tokenize(tokenizer, _context_delta(row, prompt, tokenizer.eos_token)), "context")
+        # the conversation through this message, rendered as the next prompt would be
+        after, _ = render_prompt(tokenizer, {"role": "act", "messages": messages[:i + 1], "tools": tools})
+        closing = stop or tokenizer.eos_token
+        end = after.find(closing, len(prompt))
+        if not after.startswith(prompt) or end < 0:
+            raise ValueError(f"the chat template does not render message {i} where its prompt ends")
+        row.extend(_tokenize(tokenizer, after[len(prompt):end + len(closing)]), obs["role"])
+        row._text, row._closing = prompt, closing
+    return row.ids, row.roles
+
+
+def _tokenize(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def gold_episodes(env_id: str, split: str | None, max_episodes: int | None = None, seed: int = 0,
+                  **env_kwargs) -> list[dict]:
+    """``run`` records of the oracle on the first ``max_episodes`` tasks of ``split``, under real dynamics."""
+    env = gym.make(env_id, split=split, dynamics="real", **env_kwargs)
+    task_ids = env.unwrapped.task_ids[:max_episodes]
+    return list(run_episodes(env, agents.load("oracle", env=env), task_ids, seed=seed))
+
+
+def load_episodes(path: str | Path, max_episodes: int | None = None) -> list[dict]:
+    """The records of a ``run`` output (JSONL) that hold a transcript."""
+    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    for record in records:
+        if "messages" not in record:
+            raise ValueError(f"{path}: a record has no messages; write it with this version's `envace-gym run`")
+    return records[:max_episodes]
+
+
+def role_nll(model, sequences: list[Sequence], pad_id: int) -> dict[str, tuple[torch.Tensor, int]]:
+    """Summed next-token NLL (the model's training forward, temperature 1) and token count of each role."""
+    width = max(len(ids) for ids, _ in sequences)
+    ids = torch.tensor([s + [pad_id] * (width - len(s)) for s, _ in sequences])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in sequences])
+    roles = torch.tensor([r + [ROLE_IDS["context"]] * (width - len(r)) for _, r in sequences])
+    device = next(model.parameters()).device
+    nll = -token_logprobs(model, ids.to(device), mask.to(device)).cpu()
+    return {role: (nll[roles == ROLE_IDS[role]].sum(), int((roles == ROLE_IDS[role]).sum())) for role in ROLES}
+
+
+def held_out_loss(model, sequences: list[Sequence], pad_id: int, batch: int = 4) -> dict[str, float | None]:
+    """Per-token NLL of each role over ``sequences`` (None for a role they lack)."""
+    sums = {role: [0.0, 0] for role in ROLES}
+    with torch.no_grad():
+        for at in range(0, len(sequences), batch):
+            for role, (total, count) in role_nll(model, sequences[at:at + batch], pad_id).items():
+                sums[role][0] += total.item()
+                sums[role][1] += count
+    return {role: total / count if count else None for role, (total, count) in sums.items()}
+
+
+@dataclass
+class SFTConfig:
+    """An SFT run; saved as ``config.json`` in the output folder."""
+
+    model: str  # hf:PATH or smollm2
+    env_id: str  # whose oracle plays the gold episodes (``source="gold"``) and the held-out ones
+    out: str
+    source: str = "gold"  # "gold" (the oracle's real episodes of ``split``) or a `run` JSONL file
+    split: str | None = "train"
+    eval_split: str | None = "test"  # held-out gold episodes for eval/loss/<role>
+    roles: list[str] = field(default_factory=lambda: list(ROLES))
+    epochs: int = 1
+    steps: int | None = None  # None: epochs × ceil(episodes / batch)
+    batch: int = 8  # episodes per step (one optimizer update)
+    minibatch: int = 2  # episodes per forward and backward (gradients accumulate over the batch)
+    lr: float = 1e-5
+    max_episodes: int | None = None
+    eval_every: int = 0  # 0: never
+    eval_tasks: int = 4
+    save_every: int = 50  # 0: only at the end
+    seed: int = 0
+    tensorboard: bool = True
+    lora_rank: int = 0
+    env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments for the gold episodes
+
+    def __post_init__(self):
+        if not self.model.startswith(("hf:", "smollm2")):
+            raise ValueError(f"sft trains a transformers model (hf:PATH or smollm2), got {self.model!r}")
+        if not set(self.roles) <= set(ROLES) or not self.roles:
+            raise ValueError(f"roles must be among {ROLES}, got {self.roles}")
+        for name in ("batch", "minibatch", "epochs", "eval_tasks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        for name in ("eval_every", "save_every", "lora_rank"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)!r}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps!r}")
+
+
+class SFT(Trainer):
+    """Next-token training of both roles on recorded real episodes.
+
+    Shares :class:`Trainer`'s model loading (LoRA included), optimizer and linear
+    schedule, loop, metrics (``metrics.jsonl``, TensorBoard, ``metrics.png``) and
+    checkpoints (``step-N``, loadable as ``hf:OUT/step-N``; :meth:`resume`). A step is
+    one update on ``batch`` episodes of a fixed shuffled order (the data cursor).
+    """
+
+    def __init__(self, config: SFTConfig):
+        if config.source == "gold":
+            records = gold_episodes(config.env_id, config.split, config.max_episodes, config.seed,
+                                    **config.env_kwargs)
+        else:
+            records = load_episodes(config.source, config.max_episodes)
+        if not records:
+            raise ValueError(f"no episodes to train on in {config.source}")
+        if config.steps is None:
+            config.steps = config.epochs * math.ceil(len(records) / config.batch)
+        self._load_policy(config)
+        self._prepare_optimizer()
+        self.sequences = [episode_tokens(self.tokenizer, r) for r in records]
+        self.order = list(np.random.default_rng(config.seed).permutation(len(self.sequences)))
+        self.step, self.cursor = 0, 0
+
+    @cached_property
+    def eval_sequences(self) -> list[Sequence]:
+        records = gold_episodes(self.cfg.env_id, self.cfg.eval_split, self.cfg.eval_tasks, self.cfg.seed,
+                                **self.cfg.env_kwargs)
+        return [episode_tokens(self.tokenizer, r) for r in records]
+
+    def train_step(self) -> dict:
+        start = time.perf_counter()
+        cfg, n = self.cfg, len(self.sequences)
+        rows = [self.sequences[self.order[(self.cursor + i) % n]] for i in range(min(cfg.batch, n))]
+        self.cursor += len(rows)
+        counts = {role: sum(r.count(ROLE_IDS[role]) for _, r in rows) for role in ROLES}
+        trained = [role for role in cfg.roles if counts[role]]
+        sums = dict.fromkeys(ROLES, 0.0)
+        self.train_model.train()
+        self.optimizer.zero_grad()
+        for at in range(0, len(rows), cfg.minibatch):
+            parts = role_nll(self.train_model, rows[at:at + cfg.minibatch], self.tokenizer.pad_token_id)
+            for role in ROLES:
+                sums[role] += parts[role][0].item()
+            if trained:  # the batch's token mean of each trained role, accumulated over minibatches
+                self.accelerator.backward(sum(parts[role][0] / counts[role] for role in trained))
+        self.accelerator.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+        self.optimizer.step()
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.step += 1
+        tokens = sum(len(ids) for ids, _ in rows)
+        record = {"step": self.step, "episodes": len(rows), "tokens": tokens,
+                  "tokens_per_s": tokens / (time.perf_counter() - start), "lr": lr}
+        for role in ROLES:
+            record[f"loss/{role}"] = sums[role] / counts[role] if counts[role] else None
+            record[f"tokens/{role}"] = counts[role]
+        return record
+
+    def evaluate(self) -> dict:
+        """Per-token loss of each role on the oracle's real episodes of ``eval_tasks`` held-out tasks."""
+        self.model.eval()
+        losses = held_out_loss(self.model, self.eval_sequences, self.tokenizer.pad_token_id)
+        return {f"eval/loss/{role}": value for role, value in losses.items()}
