@@ -2,11 +2,12 @@
 
 from envace_gym.env import DYNAMICS, EnvACEEnv
 from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.limits import Limits
 from envace_gym.registration import ENV_IDS, register_all
 from envace_gym.rehearsal import ResponseCache
 from envace_gym.wrappers import SelfRehearsal
 
 register_all()
 
-__all__ = ["DYNAMICS", "ENV_IDS", "EnvACEEnv", "ErrorCode", "ResponseCache", "SelfRehearsal", "ToolError"]
+__all__ = ["DYNAMICS", "ENV_IDS", "EnvACEEnv", "ErrorCode", "Limits", "ResponseCache", "SelfRehearsal", "ToolError"]
 __version__ = "0.1.0"

@@ -3,16 +3,14 @@ one :class:`ModelServerError` that names the server."""
 
 from __future__ import annotations
 
-import http.client
 import itertools
-import json
 import math
 import threading
 import time
 import urllib.parse
-import urllib.request
 from concurrent.futures import Future
 
+import httpx
 import pydantic
 
 RETRIED_STATUS = (408, 409, 429)  # and every 5xx
@@ -25,18 +23,6 @@ class ModelServerError(RuntimeError):
 
 class _Transient(ModelServerError):
     """A failure worth retrying: no connection, a timeout, 408, 409, 429 or 5xx."""
-
-
-class _Statuses(urllib.request.HTTPErrorProcessor):
-    """Hands every answer back, error statuses too, so that their bodies are read under the same bounds."""
-
-    def http_response(self, request, response):
-        return response
-
-    https_response = http_response
-
-
-_OPENER = urllib.request.build_opener(_Statuses)
 
 
 class _Reply(pydantic.BaseModel, extra="allow"):
@@ -186,31 +172,30 @@ class ChatEndpoint:
             time.sleep(backoff)
 
     def _attempt(self, url: str, body: dict | None, deadline: float) -> bytes:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data, {"Content-Type": "application/json",
-                                                     "Authorization": f"Bearer {self.api_key}"})
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        method = "GET" if body is None else "POST"
         try:
-            with _OPENER.open(request, timeout=max(deadline - time.monotonic(), 0.01)) as response:
-                status, content = response.status, self._read(response, deadline)
-        except TimeoutError:
+            with httpx.stream(method, url, json=body, headers=headers,
+                              timeout=max(deadline - time.monotonic(), 0.01)) as response:
+                status, content = response.status_code, self._read(response, deadline)
+        except httpx.TimeoutException:
             raise self._timed_out() from None
-        except (OSError, http.client.HTTPException) as e:
-            raise _Transient(f"cannot reach the model server at {self.base_url}: "
-                             f"{getattr(e, 'reason', e)}") from None
+        except httpx.HTTPError as e:
+            raise _Transient(f"cannot reach the model server at {self.base_url}: {e}") from None
         if status >= 300:
             kind = _Transient if status in RETRIED_STATUS or status >= 500 else ModelServerError
             detail = " ".join(content[:500].decode(errors="replace").split())
             raise kind(f"the model server at {self.base_url} answered {status}: {detail}")
         return content
 
-    def _read(self, response, deadline: float) -> bytes:
+    def _read(self, response: httpx.Response, deadline: float) -> bytes:
         """The body, refused past ``max_reply_bytes`` or the deadline."""
         limit = self.max_reply_bytes
         too_large = ModelServerError(f"the model server at {self.base_url} sent a reply over {limit} bytes")
-        if (response.length or 0) > limit:  # the declared Content-Length
+        if int(response.headers.get("content-length") or 0) > limit:  # declared: refused before reading
             raise too_large
         chunks, size = [], 0
-        while chunk := response.read1(1 << 16):
+        for chunk in response.iter_raw(1 << 16):
             size += len(chunk)
             if size > limit:
                 raise too_large

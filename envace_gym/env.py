@@ -12,7 +12,7 @@ import gymnasium as gym
 from envace_gym.endpoint import ModelServerError
 from envace_gym.errors import ErrorCode, ToolError, error_code_of
 from envace_gym.fidelity import fidelity
-from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
+from envace_gym.limits import BudgetExceeded, Limits, run_bounded
 from envace_gym.messages import ToolCall, assistant_message, parse_act, parse_rehearsal, tool_message
 from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
 from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward

@@ -83,7 +83,7 @@ def test_shadow_keeps_the_real_response_and_logs_fidelity():
 
 def test_mixed_draws_real_and_rehearsed_reproducibly():
     def sources(seed):
-        env = gym.make("EnvACE/tau2-retail-v0", dynamics="mixed", p_real=0.5)
+        env = gym.make("EnvACE/tau2-retail-v0", dynamics="mixed", p_real=0.5, split=None)
         oracle = agents.load("oracle", env=env)
         out = []
         for tid in ["5", "9", "10"]:

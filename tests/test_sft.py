@@ -21,6 +21,17 @@ ENV = "EnvACE/tau2-mock-v0"  # 9 short tasks in its one split, "base"
 ACT, REHEARSE, CONTEXT = ROLE_IDS["act"], ROLE_IDS["rehearse"], ROLE_IDS["context"]
 
 
+class Recording:
+    """An agent that keeps the texts it writes."""
+
+    def __init__(self, agent):
+        self.agent, self.name, self.texts = agent, agent.name, []
+
+    def act(self, obs):
+        self.texts.append(self.agent.act(obs))
+        return self.texts[-1]
+
+
 class Replay:
     """Writes the recorded texts in order, as a model would: an act turn through its end-of-turn
     token, a rehearsal through the template's closing of the tool message."""
@@ -40,7 +51,7 @@ class Replay:
 
 def _config(tiny, out, **kw):
     defaults = dict(model=f"hf:{tiny}", env_id=ENV, out=str(out), split="base", eval_split="base",
-                    max_episodes=4, batch=4, minibatch=2, steps=3, lr=3e-3, save_every=1, tensorboard=False)
+                    max_episodes=4, batch=4, minibatch=4, steps=3, lr=3e-3, save_every=1, tensorboard=False)
     return SFTConfig(**(defaults | kw))
 
 
@@ -52,17 +63,14 @@ def test_episode_tokens_are_what_a_rollout_tags(tiny):
     """An oracle episode under rehearsed dynamics, tokenized from its record, equals the rollout of
     an agent that writes the same texts: the same ids, the same act/rehearse/context tags."""
     env = gym.make(ENV, dynamics="rehearsed")
-    texts = []
-    oracle = agents.load("oracle", env=env)
-    recorder = type("Recorder", (), {"name": "oracle", "act": lambda _, obs: texts.append(oracle.act(obs))
-                                     or texts[-1]})()
-    record = run_episode(env, recorder, "update_task_with_message_history", seed=0)
+    oracle = Recording(agents.load("oracle", env=env))
+    record = run_episode(env, oracle, "update_task_with_message_history", seed=0)
     assert record["real_call_ids"] == []  # rehearsed: no tool message is a real response
     episode = record["messages"][record["opening_messages"]:]  # the opening holds an earlier call
     calls = [m["tool_call_id"] for m in episode if m["role"] == "tool"]
     tokenizer = agents.load(f"hf:{tiny}").tokenizer
     ids, roles = episode_tokens(tokenizer, record | {"real_call_ids": calls})
-    replay = Replay(tokenizer, texts)
+    replay = Replay(tokenizer, oracle.texts)
     (rollout,) = collect(replay, [gym.make(ENV, dynamics="rehearsed")], ["update_task_with_message_history"],
                          group_size=1, seed=0)
     assert rollout.generations == {"act": 2, "rehearse": 1} and not replay.texts
@@ -101,8 +109,8 @@ def test_sft_from_gold_lowers_held_out_loss_of_each_role(tiny, tmp_path):
 def test_an_untrained_role_is_reported_but_gets_no_gradient(tiny, tmp_path):
     """roles=act updates the weights exactly as training both roles on episodes whose rehearse
     tokens are relabelled as context."""
-    act_only = SFT(_config(tiny, tmp_path / "a", roles=["act"], steps=1))
-    relabelled = SFT(_config(tiny, tmp_path / "b", steps=1))
+    act_only = SFT(_config(tiny, tmp_path / "a", roles=["act"], max_episodes=2, minibatch=1, steps=1))
+    relabelled = SFT(_config(tiny, tmp_path / "b", max_episodes=2, minibatch=1, steps=1))
     relabelled.sequences = [(ids, [CONTEXT if r == REHEARSE else r for r in roles])
                             for ids, roles in relabelled.sequences]
     start = [p.detach().clone() for p in act_only.model.parameters()]
