@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import statistics
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import gymnasium as gym
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
 
 import envace_gym
 from envace_gym import agents
 from envace_gym.compare import METRICS, compare_calls, plot, summarize
+from envace_gym.endpoint import ModelServerError, parse_spec
+from envace_gym.registration import resolve_env
 from envace_gym.runner import run_episodes
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
@@ -24,19 +30,75 @@ console = Console()
 DEFAULT_ENV = "EnvACE/tau2-retail-v0"
 
 
-def _make(env_id: str, agent_names: list[str], split: str | None, task_ids: list[str] | None,
-          **kwargs) -> tuple[gym.Env, list]:
-    """The env and agents a command asked for, or a clear error and exit code 2."""
+# what a user's names, paths, files, options and servers can make go wrong
+USER_ERRORS = (ValueError, KeyError, TypeError, OSError, ImportError, ModelServerError, gym.error.Error)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``message`` as one error line and exit."""
+    console.print(f"[red]error:[/red] {escape(' '.join(message.split()))}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors(*more: type[Exception]):
+    """A :data:`USER_ERRORS` error (or one of ``more``) inside becomes one line and exit code 2
+    (``ENVACE_TRACEBACK=1``: the traceback instead)."""
+    try:
+        yield
+    except (*USER_ERRORS, *more) as e:
+        if os.environ.get("ENVACE_TRACEBACK"):
+            raise
+        fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else f"{e}" or type(e).__name__)
+
+
+def parse_pairs(pairs: list[str] | None) -> dict:
+    """``KEY=VALUE`` options as a dict; each value is JSON where it parses (``8``, ``0.5``,
+    ``true``, ``[1, 2]``), else the text itself."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def make_envs(env_id: str, n: int, split: str | None, task_ids: list[str] | None, **kwargs) -> list[gym.Env]:
+    """``n`` envs of one id with the tasks and options a command asked for. A simulator given by
+    name is loaded once, by the first env, and bound to each other one."""
     if split is not None:
         kwargs["split"] = split
     if task_ids:
         kwargs["task_ids"] = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
-    try:
-        env = gym.make(env_id, **kwargs)
-        return env, [agents.load(name, env=env) for name in agent_names]
-    except (ValueError, KeyError, gym.error.Error) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+    envs = [gym.make(env_id, **kwargs)]
+    kwargs["simulator"] = envs[0].unwrapped.simulator
+    for _ in range(n - 1):
+        envs.append(gym.make(env_id, **kwargs))
+        if kwargs["simulator"] is not None:
+            envs[-1].unwrapped.simulator = kwargs["simulator"].bind(envs[-1])
+    return envs
+
+
+def user_option(spec: str) -> dict:
+    """``--user``: ``scripted`` (or another suite user name), or ``llm:MODEL@BASE_URL[?timeout=S...]``."""
+    if not spec.startswith("llm:"):
+        return {"user": spec}
+    model, base_url, options = parse_spec(spec, "llm:")
+    options.pop("max_reply_bytes", None)  # the LLM user's client keeps its default
+    return {"user": "llm", "user_kwargs": {"model": model, "base_url": base_url, **options}}
+
+
+def check_split(env_id: str, *splits: str | None) -> None:
+    """Refuse, naming the suite's splits, a split that ``env_id``'s suite does not have."""
+    suite = gym.make(env_id).unwrapped.suite
+    for split in splits:
+        if split is not None and split not in suite.splits():
+            raise ValueError(f"{env_id} has no split {split!r}; its splits: "
+                             f"{', '.join(suite.splits()) or 'none'} (or 'all': every task)")
 
 
 def _out_path(out: Path | None, env_id: str, agent: str, what: str) -> Path:
@@ -45,56 +107,139 @@ def _out_path(out: Path | None, env_id: str, agent: str, what: str) -> Path:
     return out
 
 
+ENV_ARG = Annotated[Optional[str], typer.Argument(help="A registered id (see `envace-gym list`), or MODULE:ID "
+                                                    "or PATH.py:ID (the module registers ID).", show_default=False)]
+ENV_OPT = Annotated[Optional[str], typer.Option("--env", help=f"The env, as ENV_ID [default: {DEFAULT_ENV}].")]
 SPLIT = Annotated[Optional[str], typer.Option(help="Task split (train, test, base).")]
 TASK_IDS = Annotated[Optional[list[str]], typer.Option("--task-ids", help="Task ids (repeat or comma-separate).")]
 OUT = Annotated[Optional[Path], typer.Option(help="JSONL file for the records.")]
 
 
+def resolve(argument: str | None, option: str | None) -> str:
+    """The Gymnasium id of a command's env, given as ENV_ID or ``--env`` (its module imported)."""
+    if argument and option and argument != option:
+        raise ValueError(f"two envs given: {argument!r} and --env {option!r}")
+    return resolve_env(option or argument or DEFAULT_ENV)
+
+
+def describe(env_id: str) -> dict:
+    """An id's suite, task count, default split and task count per split."""
+    env = gym.make(env_id).unwrapped
+    suite = env.suite
+    return {"id": env_id, "suite": suite.name, "tasks": len(suite.task_ids(None)), "default_split": env.split,
+            "splits": {split: len(suite.task_ids(split)) for split in suite.splits()}}
+
+
 @app.command("list")
-def list_envs() -> None:
-    """List the registered EnvACE ids."""
-    table = Table("id", "suite", "arguments")
-    for env_id, (entry, kwargs) in envace_gym.ENV_IDS.items():
-        table.add_row(env_id, entry.split(":")[0].rsplit(".", 1)[-1], json.dumps(kwargs))
+def list_envs(
+    contains: Annotated[Optional[str], typer.Argument(help="Only the ids that contain this text.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array instead of a table.")] = False,
+) -> None:
+    """List the registered EnvACE ids with their task counts and splits."""
+    with user_errors():
+        rows = [describe(env_id) for env_id in envace_gym.ENV_IDS if not contains or contains in env_id]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=max((len(r["id"]) for r in rows), default=2))
+    for column in ("suite", "tasks", "splits (tasks; * default)"):
+        table.add_column(column)
+    for r in rows:
+        splits = " · ".join(f"{name} {n}{'*' if name == r['default_split'] else ''}" for name, n in r["splits"].items())
+        table.add_row(r["id"], r["suite"], str(r["tasks"]), splits or "none: all tasks")
     console.print(table)
 
 
 @app.command()
 def run(
-    env_id: Annotated[str, typer.Argument(help="A registered id (see `envace-gym list`).")] = DEFAULT_ENV,
-    agent: Annotated[str, typer.Option(help=f"Agent: {agents.NAMES}.")] = "oracle",
+    env_id: ENV_ARG = None,
+    env: ENV_OPT = None,
+    agent: Annotated[str, typer.Option(help=f"Agent: {agents.NAMES} (an Agent subclass; PATH.py:CLASS "
+                                            "too).")] = "oracle",
+    agent_kwargs: Annotated[Optional[list[str]], typer.Option(
+        "--agent-kwargs", help="KEY=VALUE for the agent, e.g. max_new_tokens=64 (repeat; values are JSON "
+                               "where they parse).")] = None,
     dynamics: Annotated[str, typer.Option(help=f"One of {', '.join(envace_gym.DYNAMICS)}.")] = "real",
+    simulator: Annotated[Optional[str], typer.Option(help="The agent that answers tool calls under "
+                                                          "--dynamics simulated.")] = None,
+    p_real: Annotated[float, typer.Option(help="The chance that the real world answers a call under "
+                                               "--dynamics mixed.")] = 0.5,
+    user: Annotated[str, typer.Option(help="scripted, or llm:MODEL@BASE_URL (tau2's LLM user on an "
+                                           "OpenAI-compatible server).")] = "scripted",
     split: SPLIT = None,
     task_ids: TASK_IDS = None,
-    reward: Annotated[Optional[str], typer.Option(help="world, actions or replay (default by dynamics).")] = None,
+    reward: Annotated[Optional[str], typer.Option(help="world, actions, actions_share, replay or "
+                                                       "judge:MODEL@BASE_URL (default by dynamics).")] = None,
     max_turns: Annotated[int, typer.Option(help="Agent turns before truncation.")] = 50,
+    repeats: Annotated[int, typer.Option(help="Episodes per task.")] = 1,
+    batch: Annotated[int, typer.Option(help="Episodes stepped together, their turns generated in one "
+                                            "act_batch.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
+    rehearsal_budget: Annotated[int, typer.Option(help="Private rehearsal: attempts imagined in forks of the "
+                                                       "episode before each act turn (0: none).")] = 0,
+    rehearsal_mode: Annotated[str, typer.Option(help="parallel or sequential (each attempt sees the earlier "
+                                                     "ones).")] = "parallel",
+    rehearsal_select: Annotated[str, typer.Option(help="memory (generate with a digest of the attempts), best "
+                                                       "(the best-scored attempt's first turn) or vote.")] = "best",
+    rehearsal_scorer: Annotated[str, typer.Option(help="best's scorer: errors (fewest error responses) or judge "
+                                                       "(the agent rates its attempts).")] = "errors",
+    rehearsal_horizon: Annotated[Optional[int], typer.Option(help="Act turns per attempt (default: until its "
+                                                                  "next message to the user).")] = None,
+    world_model: Annotated[Optional[str], typer.Option(help="The agent that answers the attempts' tool calls "
+                                                            "(default: --agent).")] = None,
     out: OUT = None,
 ) -> None:
     """Run an agent on every selected task and write one JSONL record per episode."""
-    env, (actor,) = _make(env_id, [agent], split, task_ids, dynamics=dynamics, reward=reward,
-                          max_turns=max_turns)
-    ids = env.unwrapped.task_ids
+    with user_errors():
+        if repeats < 1 or batch < 1:
+            raise ValueError(f"--repeats and --batch must be at least 1, got {repeats} and {batch}")
+        env_id = resolve(env_id, env)
+        envs = make_envs(env_id, batch, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
+                         simulator=simulator, p_real=p_real, **user_option(user))
+        actor = agents.load(agent, env=envs[0], **parse_pairs(agent_kwargs))
+        rehearsing = agents.PrivateRehearsal(actor, envs[0], rehearsal_budget, rehearsal_mode, rehearsal_select,
+                                             agents.load(world_model, env=envs[0]) if world_model else None,
+                                             rehearsal_horizon, rehearsal_scorer)
+        actor = rehearsing if rehearsal_budget else actor  # budget 0: the agent itself
+    ids = envs[0].unwrapped.task_ids
     out = _out_path(out, env_id, agent, dynamics)
     records = []
-    with out.open("w") as f:
-        for record in track(run_episodes(env, actor, ids, seed=seed), total=len(ids),
-                            description=f"{env_id} {agent} {dynamics}", console=console):
+    with user_errors(), out.open("w") as f:
+        for record in track(run_episodes(envs, actor, ids, seed=seed, repeats=repeats), total=len(ids) * repeats,
+                            description=f"{env_id} {agent} {dynamics}", console=console, transient=True):
             f.write(json.dumps(record) + "\n")
+            f.flush()
             records.append(record)
-    table = Table("task_id", "reward", "source", "turns", "calls", "ended by", "seconds",
-                  title=f"{env_id} · {agent} · {dynamics}")
+            if record["ended_by"] == "agent_error":
+                console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
+                              f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
+    table = Table(title=f"{env_id} · {agent} · {dynamics}")
+    table.add_column("task_id", overflow="fold", min_width=min(40, max((len(r["task_id"]) for r in records), default=7)))
+    for column in ("seed", "reward", "source", "turns", "calls", "ended by", "seconds"):
+        table.add_column(column)
     for r in records:
-        table.add_row(str(r["task_id"]), f"{r['reward']:.2f}", r["reward_source"], str(r["turns"]),
+        table.add_row(r["task_id"], str(r["seed"]), f"{r['reward']:.2f}", r["reward_source"], str(r["turns"]),
                       str(r["tool_calls"]), str(r["ended_by"]), f"{r['seconds']:.3f}")
     console.print(table)
-    mean = statistics.fmean(r["reward"] for r in records)
-    console.print(f"mean reward {mean:.3f} over {len(records)} episodes · records in {out}")
+    rewards = [r["reward"] for r in records]
+    error = f" ± {statistics.stdev(rewards) / math.sqrt(len(rewards)):.3f} (standard error)" if len(rewards) > 1 else ""
+    console.print(f"mean reward {statistics.fmean(rewards):.3f}{error} over {len(records)} episodes · "
+                  f"records in {out}", soft_wrap=True)
+    if rehearsal_budget:
+        mean = {k: statistics.fmean(r[k] for r in records) for k in
+                ("real_calls", "rehearsal_attempts", "rehearsal_tokens", "rehearsal_seconds")}
+        console.print(f"per episode: {mean['real_calls']:.1f} real calls · {mean['rehearsal_attempts']:.1f} private "
+                      f"attempts · {mean['rehearsal_tokens']:.0f} rehearsal tokens · "
+                      f"{mean['rehearsal_seconds']:.2f} s rehearsing", soft_wrap=True)
+    if any(r["ended_by"] == "agent_error" for r in records):
+        raise typer.Exit(1)
 
 
 @app.command()
 def compare(
-    env_id: Annotated[str, typer.Argument(help="A registered id (see `envace-gym list`).")] = DEFAULT_ENV,
+    env_id: ENV_ARG = None,
+    env: ENV_OPT = None,
     agent: Annotated[str, typer.Option(help="The agent whose rehearsals are compared.")] = "knn",
     actor: Annotated[str, typer.Option(help="The agent that takes the actions.")] = "oracle",
     split: SPLIT = None,
@@ -103,12 +248,15 @@ def compare(
     out: OUT = None,
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
-    env, (acting, rehearsing) = _make(env_id, [actor, agent], split, task_ids, dynamics="shadow")
-    ids = env.unwrapped.task_ids
+    with user_errors():
+        env_id = resolve(env_id, env)
+        (shadow,) = make_envs(env_id, 1, split, task_ids, dynamics="shadow")
+        acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
+    ids = shadow.unwrapped.task_ids
     out = _out_path(out, env_id, agent, "compare")
     records = []
-    with out.open("w") as f:
-        for record in track(compare_calls(env, acting, rehearsing, ids, seed=seed), total=None,
+    with user_errors(), out.open("w") as f:
+        for record in track(compare_calls(shadow, acting, rehearsing, ids, seed=seed), total=None,
                             description=f"{env_id} {agent} vs real", console=console):
             f.write(json.dumps(record) + "\n")
             records.append(record)
@@ -132,7 +280,7 @@ def train(
     model: Annotated[str, typer.Option(help="hf:PATH or smollm2 (transformers), vllm:PATH (an engine in this "
                                             "process) or vllm:PATH@BASE_URL (a `vllm serve` started with "
                                             "VLLM_SERVER_DEV_MODE=1).")],
-    env: Annotated[str, typer.Option("--env", help="A registered id.")] = DEFAULT_ENV,
+    env: Annotated[str, typer.Option("--env", help="A registered id, or MODULE:ID or PATH.py:ID.")] = DEFAULT_ENV,
     out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, metrics.png, step-N checkpoints.")] = Path("runs/train"),
     dynamics: Annotated[str, typer.Option(help="Training dynamics.")] = "rehearsed",
     eval_dynamics: Annotated[str, typer.Option(help="Evaluation dynamics.")] = "real",
@@ -154,6 +302,10 @@ def train(
     lora_rank: Annotated[int, typer.Option(help="Train LoRA adapters of this rank (0: all weights).")] = 0,
     rehearsal_format: Annotated[str, typer.Option(help="inline (one row per episode) or prompted "
                                                        "(a row per rehearse generation).")] = "inline",
+    bf16: Annotated[bool, typer.Option(help="Forward passes under bf16 autocast (fp32 weights and optimizer).")] = False,
+    gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward.")] = False,
+    minibatch_tokens: Annotated[int, typer.Option(help="Pack minibatches up to this many padded tokens "
+                                                       "(0: minibatches of 4 rows).")] = 0,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")] = False,
 ) -> None:
     """Role-wise GRPO: train one model to act and to rehearse, evaluate it in the real env.
@@ -162,26 +314,22 @@ def train(
     """
     from envace_gym.training import CheckpointError, TrainConfig, Trainer
 
-    try:
+    with user_errors(CheckpointError):
+        env = resolve_env(env)
+        split, eval_split = (None if s == "all" else s for s in (split, eval_split))
+        check_split(env, split, eval_split)
         config = TrainConfig(model=model, env_id=env, out=str(out), dynamics=dynamics, eval_dynamics=eval_dynamics,
-                             reward=reward, split=None if split == "all" else split,
-                             eval_split=None if eval_split == "all" else eval_split, group_size=group_size,
+                             reward=reward, split=split, eval_split=eval_split, group_size=group_size,
                              tasks_per_step=tasks_per_step, steps=steps,
                              lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
                              max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
                              save_every=save_every, seed=seed, lora_rank=lora_rank,
-                             rehearsal_format=rehearsal_format)
-    except ValueError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
-    trainer = Trainer(config)
-    if resume:
-        try:
+                             rehearsal_format=rehearsal_format, bf16=bf16,
+                             gradient_checkpointing=gradient_checkpointing, minibatch_tokens=minibatch_tokens)
+        trainer = Trainer(config)
+        if resume:
             trainer.resume()
-        except CheckpointError as e:
-            console.print(f"[red]error:[/red] {e}")
-            raise typer.Exit(2) from None
-    records = trainer.train()
+        records = trainer.train()
     if not trainer.accelerator.is_main_process:
         return
     for record in records:
@@ -222,19 +370,17 @@ def sft(
     """
     from envace_gym.training import SFT, CheckpointError, SFTConfig
 
-    try:
-        trainer = SFT(SFTConfig(model=model, env_id=env, out=str(out), source=source,
-                                split=None if split == "all" else split,
-                                eval_split=None if eval_split == "all" else eval_split,
-                                roles=roles.split(","), epochs=epochs, steps=steps, lr=lr, batch=batch,
-                                minibatch=minibatch, max_episodes=max_episodes, eval_every=eval_every,
+    with user_errors(CheckpointError):
+        env = resolve_env(env)
+        split, eval_split = (None if s == "all" else s for s in (split, eval_split))
+        check_split(env, split, eval_split)
+        trainer = SFT(SFTConfig(model=model, env_id=env, out=str(out), source=source, split=split,
+                                eval_split=eval_split, roles=roles.split(","), epochs=epochs, steps=steps, lr=lr,
+                                batch=batch, minibatch=minibatch, max_episodes=max_episodes, eval_every=eval_every,
                                 eval_tasks=eval_tasks, save_every=save_every, seed=seed, lora_rank=lora_rank))
         if resume:
             trainer.resume()
-    except (ValueError, OSError, CheckpointError, gym.error.Error) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
-    records = trainer.train()
+        records = trainer.train()
     if not trainer.accelerator.is_main_process:
         return
     for record in records:

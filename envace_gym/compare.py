@@ -42,8 +42,9 @@ def summarize(records: list[dict]) -> dict[str, dict]:
             for tool, rows in groups.items() if rows}
 
 
-def plot(summary: dict[str, dict], path: Path, title: str) -> None:
-    """A grouped bar chart of the fidelity measures per tool."""
+def figure(summary: dict[str, dict], title: str):
+    """Horizontal grouped bars of the fidelity measures, one row per tool (full names, in the
+    table's order): the figure grows in height with the tools, so 80 of them stay readable."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,17 +52,26 @@ def plot(summary: dict[str, dict], path: Path, title: str) -> None:
     import numpy as np
 
     tools = list(summary)
-    x = np.arange(len(tools))
-    width = 0.8 / len(METRICS)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(tools) + 2), 4.5))
+    y = np.arange(len(tools))
+    height = 0.8 / len(METRICS)
+    fig, ax = plt.subplots(figsize=(8.0, 1.6 + 0.4 * len(tools)))
     for i, metric in enumerate(METRICS):
-        ax.bar(x + (i - len(METRICS) / 2 + 0.5) * width, [summary[t][metric] for t in tools], width,
-               label=metric)
-    ax.set_xticks(x, [f"{t} ({summary[t]['calls']})" for t in tools], rotation=45, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("mean over calls")
-    ax.set_title(title, pad=28)
+        ax.barh(y + (i - len(METRICS) / 2 + 0.5) * height, [summary[t][metric] for t in tools], height,
+                label=metric)
+    ax.set_yticks(y, [f"{t} ({summary[t]['calls']})" for t in tools], fontsize=8)
+    ax.set_ylim(len(tools) - 0.5, -0.5)  # the first tool on top
+    ax.set_xlim(0, 1.05)
+    ax.set_xlabel("mean over calls")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title, pad=24)
     ax.legend(fontsize=8, ncols=len(METRICS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot(summary: dict[str, dict], path: Path, title: str) -> None:
+    """:func:`figure` as a PNG, its margins fitted to the longest tool name."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(summary, title)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -29,7 +29,7 @@ class EnvACEEnv(gym.Env):
     actions are model text. On an ``act`` turn the action is the assistant's
     message; its tool calls are validated, then answered by the world (``real``),
     by the agent itself on following ``rehearse`` turns (``rehearsed``, ``shadow``),
-    by a frozen ``simulator`` agent (``simulated``), by recorded responses
+    by a frozen ``simulator`` agent or agent name (``simulated``), by recorded responses
     (``replay``: ``recordings=`` or the task's gold run), or by a coin with
     ``p_real`` (``mixed``). The reward is terminal; ``info["reward_source"]`` names it.
     ``max_turns`` bounds the act turns of an episode (None: no bound) and
@@ -69,6 +69,7 @@ class EnvACEEnv(gym.Env):
                  response_cache: ResponseCache | None = None, examples_per_tool: int = 3,
                  limits: Limits | None = None, render_mode: str | None = None):
         self.suite = suite
+        self.split = None if task_ids else split  # the split the tasks come from (None: given ids, or all)
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
         if not self.task_ids:
             raise ValueError(f"no tasks selected in {suite.name} (split={split!r})")
@@ -98,6 +99,10 @@ class EnvACEEnv(gym.Env):
         self.tools = suite.tools(suite.task(self.task_ids[0]))
         self.action_space = ActionSpace(self.tools)
         self.episode: Episode | None = None
+        if isinstance(simulator, str):  # an agent name: that agent, playing in this env
+            from envace_gym import agents
+
+            self.simulator = agents.load(simulator, env=self)
 
     # public API ----------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -159,14 +164,52 @@ class EnvACEEnv(gym.Env):
         if ep.ended_by is not None:
             truncated = ep.truncated
             terminated = not truncated
-            try:
-                reward, info["reward_source"], info["reward_info"] = compute_reward(self._reward, ep)
-            except Exception as e:  # a judge that cannot be reached, a failing evaluator: the episode is kept
-                info["reward_source"] = getattr(self._reward, "__name__", self._reward)
-                info["reward_info"] = {}
-                info["error"] = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
-            info["ended_by"] = ep.ended_by
+            reward = self._score(info)
         return self._obs(), reward, terminated, truncated, info
+
+    def finish(self, ended_by: str = "time_limit") -> tuple[float, dict]:
+        """End the running episode now, as truncated, and score it: ``(reward, info)``.
+
+        For limits kept outside the env: :class:`~envace_gym.wrappers.ScoreTruncated`
+        calls it when an outer ``TimeLimit`` cuts an episode, so the cut episode still gets
+        its terminal reward and ``info["reward_source"]``. Pending calls stay unanswered.
+        """
+        ep = self.episode
+        if ep is None or ep.ended_by is not None:
+            raise RuntimeError("finish() needs a running episode")
+        ep.ended_by = ended_by
+        self._pending.clear()
+        self.action_space.role = "act"
+        info = self._info([])
+        reward = self._score(info)
+        return reward, info
+
+    def _score(self, info: dict) -> float:
+        """The ended episode's terminal reward; its source, parts and ``ended_by`` go to ``info``."""
+        ep, reward = self.episode, 0.0
+        try:
+            reward, info["reward_source"], info["reward_info"] = compute_reward(self._reward, ep)
+        except Exception as e:  # a judge that cannot be reached, a failing evaluator: the episode is kept
+            info["reward_source"] = getattr(self._reward, "__name__", self._reward)
+            info["reward_info"] = {}
+            info["error"] = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
+        info["ended_by"] = ep.ended_by
+        return reward
+
+    # pickling (copies across processes): the suite goes by reference where it defines
+    # __reduce__ (the built-in ones do), and the world is not pickled but rebuilt on load
+    # by replaying the episode's calls on a fresh one (Episode.replayed_world)
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if self.episode is not None:
+            state["episode"] = copy.copy(self.episode)
+            state["episode"].world = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.episode is not None:
+            self.episode.world = self.episode.replayed_world()
 
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.episode is None:
@@ -179,22 +222,30 @@ class EnvACEEnv(gym.Env):
             lines.append(f"[{m['role']}] {text}{calls}")
         return "\n".join(lines)
 
-    def fork(self, dynamics: str | None = None) -> EnvACEEnv:
-        """A new env holding a copy of this episode that shares no mutable state with it."""
+    def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> EnvACEEnv:
+        """A new env holding a copy of this episode that shares no mutable state with it.
+
+        ``dynamics`` answers the clone's calls from now on (pending ones included), and
+        ``reward`` scores it (default: this env's reward, else the dynamics' default).
+        """
         if self.episode is None:
             raise RuntimeError("fork() needs a started episode: call reset() first")
-        clone = copy.copy(self)
+        if dynamics is not None:
+            self._check_dynamics(dynamics, self.simulator)
+        clone = object.__new__(type(self))  # a shallow copy that skips __setstate__'s world replay
+        clone.__dict__.update(self.__dict__)
         ep = self.episode
         clone.episode = Episode(ep.suite, ep.task, ep.world.fork(), dynamics or ep.dynamics,
                                 copy.deepcopy(ep.messages), copy.deepcopy(ep.calls), ep.ended_by, ep.limits)
         clone._pending = copy.deepcopy(self._pending)
-        clone._user = copy.deepcopy(self._user)
-        clone.action_space = copy.deepcopy(self.action_space)
+        shared = {id(x): x for x in (ep.suite, ep.task, self.tools)}  # read-only: not copied
+        clone._user = copy.deepcopy(self._user, dict(shared))
+        clone.action_space = copy.deepcopy(self.action_space, dict(shared))
         clone._np_random = copy.deepcopy(self.np_random)
+        if reward is not None or dynamics is not None:
+            clone._reward = resolve_reward(reward) or self.reward or DEFAULT_REWARD[clone.episode.dynamics]
+            check_reward(clone._reward, clone.episode.dynamics)
         if dynamics is not None:
-            self._check_dynamics(dynamics, self.simulator)
-            clone._reward = self.reward if self.reward is not None else DEFAULT_REWARD[dynamics]
-            check_reward(clone._reward, dynamics)
             clone._replay_table = self._recording_table(ep.task) if dynamics == "replay" else None
             # pending calls are answered as the new dynamics answer them
             clone._pending = deque((call, clone._source()) for call, _ in clone._pending)
@@ -218,6 +269,16 @@ class EnvACEEnv(gym.Env):
         """
         ep = self.episode
         return execute(ep.suite, ep.replayed_world(), name, arguments, self.limits)
+
+    def oracle_action(self) -> str:
+        """The oracle's action for the current observation (an :class:`~envace_gym.agents.OracleAgent`).
+
+        A method, so that a vector env runs it where its sub-envs live:
+        ``venv.call("oracle_action")``, which ``agents.load("oracle", env=venv)`` does.
+        """
+        from envace_gym.agents.oracle import OracleAgent
+
+        return OracleAgent(self).act(self.observation())
 
     @property
     def role(self) -> str:

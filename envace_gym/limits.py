@@ -50,22 +50,30 @@ class BudgetExceeded(BaseException):
 
 
 class _Watchdog:
-    """One daemon thread that raises :class:`BudgetExceeded` in threads past their deadline."""
+    """One daemon thread that raises :class:`BudgetExceeded` in threads past their deadline.
+
+    Arming is a dict insert under a lock: the thread is woken only when a new deadline
+    comes before its next planned wake-up, so bounded calls do not hand it the GIL.
+    """
+
+    POLL = 1.0  # seconds between wake-ups with nothing due sooner
 
     def __init__(self):
         self._armed: dict[int, tuple[int, float]] = {}  # token -> (thread id, deadline)
         self._tokens = count()
         self._wake = threading.Condition()
+        self._wakes_at = 0.0
         self._thread: threading.Thread | None = None
 
     def arm(self, seconds: float) -> int:
-        token = next(self._tokens)
+        token, deadline = next(self._tokens), time.monotonic() + seconds
         with self._wake:
-            self._armed[token] = (threading.get_ident(), time.monotonic() + seconds)
+            self._armed[token] = (threading.get_ident(), deadline)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="envace-watchdog", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif deadline < self._wakes_at:
+                self._wake.notify()
         return token
 
     def disarm(self, token: int) -> bool:
@@ -82,8 +90,8 @@ class _Watchdog:
                         del self._armed[token]
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(
                             ctypes.c_ulong(thread_id), ctypes.py_object(BudgetExceeded))
-                soonest = min((d for _, d in self._armed.values()), default=None)
-                self._wake.wait(None if soonest is None else max(soonest - now, 0.001))
+                self._wakes_at = min((d for _, d in self._armed.values()), default=now + self.POLL)
+                self._wake.wait(max(self._wakes_at - now, 0.001))
 
 
 _WATCHDOG = _Watchdog()

@@ -1,9 +1,23 @@
-"""The ``EnvACE/*`` Gymnasium ids."""
+"""The ``EnvACE/*`` Gymnasium ids, users' suites, and ``module:NAME`` specs."""
 
 from __future__ import annotations
 
-import gymnasium as gym
+import importlib
+import importlib.util
+import os
+import sys
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
+import gymnasium as gym
+from gymnasium.envs.registration import WrapperSpec
+
+if TYPE_CHECKING:
+    from envace_gym.suite import Suite
+
+SCORE_TRUNCATED = WrapperSpec("ScoreTruncated", "envace_gym.wrappers:ScoreTruncated", {})
 ENV_IDS: dict[str, tuple[str, dict]] = {
     f"EnvACE/tau2-{domain}-v0": ("envace_gym.envs.tau2:make_env", {"domain": domain})
     for domain in ("retail", "airline", "telecom", "mock")
@@ -23,4 +37,58 @@ def register_all() -> None:
             # The env enforces its own turn limit and reports it as truncation. Gymnasium's
             # passive checker is off: after a first reset that raised (a bad task id), it fails
             # every later step. tests/test_env.py runs gymnasium's check_env on every suite.
-            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True)
+            # ScoreTruncated sits outside the TimeLimit that max_episode_steps= adds: a cut
+            # episode is scored (envace_gym/wrappers.py).
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True,
+                         additional_wrappers=(SCORE_TRUNCATED,))
+
+
+def _suite_env(suite: Suite, **kwargs):
+    from envace_gym.env import EnvACEEnv
+
+    return EnvACEEnv(suite, **kwargs)
+
+
+def register_suite(env_id: str, suite: Suite, **defaults) -> None:
+    """Register a suite as a Gymnasium id: ``gym.make(env_id, **kwargs)`` is
+    ``EnvACEEnv(suite, **defaults, **kwargs)``, wrapped as the ``EnvACE/*`` ids are. Registering
+    the id again replaces it."""
+    gym.registry.pop(env_id, None)
+    gym.register(id=env_id, entry_point=partial(_suite_env, suite), kwargs=defaults, disable_env_checker=True,
+                 additional_wrappers=(SCORE_TRUNCATED,))
+
+
+def import_module(name: str) -> ModuleType:
+    """A module by dotted name (the working directory first on the path) or a ``.py`` file by path;
+    a failure of any kind is one ``ImportError`` that names it."""
+    try:
+        if not name.endswith(".py"):
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            return importlib.import_module(name)
+        path = Path(name).resolve()
+        known = sys.modules.get(path.stem)
+        if known is not None:
+            if getattr(known, "__file__", None) and Path(known.__file__).resolve() == path:
+                return known
+            raise ImportError(f"another module named {path.stem!r} is already imported; rename the file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module  # before it runs: dataclasses and pickle look it up
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[path.stem]
+            raise
+        return module
+    except Exception as e:
+        raise ImportError(f"cannot import {name!r}: {type(e).__name__}: {e}") from e
+
+
+def resolve_env(spec: str) -> str:
+    """The Gymnasium id of ``spec``: an id, or ``MODULE:ID`` / ``PATH.py:ID``, whose module is
+    imported first (it registers the id, e.g. with :func:`register_suite`)."""
+    module, _, env_id = spec.rpartition(":")
+    if module:
+        import_module(module)
+    return env_id

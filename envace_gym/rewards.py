@@ -27,12 +27,26 @@ def actions_reward(episode: Episode) -> tuple[float, dict]:
     return episode.suite.score_actions(episode.task, episode)
 
 
+def actions_share_reward(episode: Episode) -> tuple[float, dict]:
+    """Partial credit: the share of the task's gold actions the episode's calls matched (1 when
+    it has none), from :meth:`~envace_gym.suite.Suite.score_actions`' ``action_checks``; a suite
+    whose match has no per-action checks (BFCL's single-turn verdict) gives its 0 or 1."""
+    value, parts = episode.suite.score_actions(episode.task, episode)
+    checks = parts.get("action_checks")
+    if checks is None:
+        share = value
+    else:
+        share = sum(c["met"] for c in checks) / len(checks) if checks else 1.0
+    return share, {**parts, "actions_share": share}
+
+
 def replay_reward(episode: Episode) -> tuple[float, dict]:
     """The episode's calls executed on a fresh world afterwards, then evaluated."""
     return episode.suite.evaluate(episode.task, episode.replayed_world(), episode)
 
 
-REWARDS: dict[str, RewardFn] = {"world": world_reward, "actions": actions_reward, "replay": replay_reward}
+REWARDS: dict[str, RewardFn] = {"world": world_reward, "actions": actions_reward,
+                                 "actions_share": actions_share_reward, "replay": replay_reward}
 
 JUDGE_INSTRUCTION = (
     "You grade one episode of an assistant that works with tools. You are given what the task "

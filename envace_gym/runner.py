@@ -1,14 +1,19 @@
-"""Running whole episodes of an agent in an env, one JSON-ready record per episode."""
+"""Running whole episodes of an agent, one JSON-ready record per episode: in one env, or in
+several envs stepped together so that the agent answers their turns in one ``act_batch``."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Sequence
 
 import gymnasium as gym
 
 from envace_gym.agents import Agent
+from envace_gym.agents.private_rehearsal import rehearsal_record
+from envace_gym.compare import summarize
 from envace_gym.endpoint import ModelServerError
+
+Play = Generator[dict, str, dict]  # yields observations, is sent actions, returns the record
 
 
 def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> dict:
@@ -22,15 +27,25 @@ def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = Non
     many leading messages the episode opened with: system prompt, the suite's opening, the
     user's first message; every later assistant message is the agent's) and ``real_call_ids``
     (the tool calls the real world answered; the other tool messages were rehearsed,
-    simulated, replayed or validation errors).
+    simulated, replayed or validation errors), and ``real_calls``, their count. A
+    :class:`~envace_gym.agents.PrivateRehearsal` agent's cost is in ``rehearsal_attempts``,
+    ``rehearsal_turns``, ``rehearsal_tokens`` and ``rehearsal_seconds`` (zeros for other agents),
+    its attempts in ``private_context``.
     """
+    return next(run_batched([env], agent, [(task_id, seed)]))
+
+
+def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> Play:
+    """One episode as a coroutine: it yields each observation and is sent the agent's action;
+    a :class:`ModelServerError` thrown in ends the episode as ``agent_error``. It returns the
+    record of :func:`run_episode`."""
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options={"task_id": task_id})
     opening = len(obs["messages"])
     n_calls, reward, done, failure = 0, 0.0, False, None
     while not done:
         try:
-            action = agent.act(obs)
+            action = yield obs
         except ModelServerError as e:
             failure = str(e)
             break
@@ -38,16 +53,66 @@ def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = Non
         n_calls += len(info["tool_calls"])
         done = terminated or truncated
     episode = env.unwrapped.episode
+    shadowed = [{"tool": c.name, **c.fidelity} for c in episode.calls if c.fidelity is not None]
+    real_ids = [c.id for c in episode.calls if c.source == "real" and c.requestor == "assistant"]
     return {
-        "task_id": task_id, "reward": reward, "reward_source": info.get("reward_source"),
+        "task_id": str(task_id), "env_id": env.spec.id if env.spec else None, "split": env.unwrapped.split,
+        "seed": seed, "reward": reward, "reward_source": info.get("reward_source"),
         "reward_info": info.get("reward_info", {}), "dynamics": info["dynamics"], "agent": agent.name,
         "turns": info["turn"], "tool_calls": n_calls, "ended_by": "agent_error" if failure else info["ended_by"],
         "error": failure or info.get("error"), "seconds": round(time.perf_counter() - start, 4),
+        "fidelity": summarize(shadowed).get("all"),  # shadow dynamics: the mean fidelity of its calls
         "messages": list(episode.messages), "tools": env.unwrapped.tools.schemas, "opening_messages": opening,
-        "real_call_ids": [c.id for c in episode.calls if c.source == "real" and c.requestor == "assistant"],
-    }
+        "real_call_ids": real_ids, "real_calls": len(real_ids),
+    } | rehearsal_record(agent)
 
 
-def run_episodes(env: gym.Env, agent: Agent, task_ids: list[str], seed: int = 0) -> Iterator[dict]:
-    for i, task_id in enumerate(task_ids):
-        yield run_episode(env, agent, task_id, seed=seed + i)
+def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[str, int | None]]) -> Iterator[dict]:
+    """Play the ``(task_id, seed)`` episodes, ``len(envs)`` at a time, and yield their records as
+    they end; an env whose episode ends starts the next one.
+
+    Each round, the observations of every running episode go to the agent at once: one
+    ``act_batch`` per distinct agent, where the first env is played by ``agent`` itself and
+    every other by ``agent.bind(env)`` (an oracle reads its own env; most agents bind to
+    themselves). A :class:`ModelServerError` from one ``act_batch`` ends each episode of it as
+    ``agent_error``. With one env this is :func:`run_episodes`, record for record.
+    """
+    actors = [agent, *(agent.bind(env) for env in envs[1:])]
+    todo = iter(episodes)
+    running: dict[int, tuple[Play, dict]] = {}  # env index: its episode and the observation to answer
+
+    def start(slot: int) -> None:
+        for task_id, seed in todo:
+            episode = play(envs[slot], actors[slot], task_id, seed)
+            running[slot] = (episode, next(episode))
+            return
+
+    for slot in range(len(envs)):
+        start(slot)
+    while running:
+        groups: dict[int, list[int]] = {}
+        for slot in running:
+            groups.setdefault(id(actors[slot]), []).append(slot)
+        for slots in groups.values():
+            try:
+                actions = actors[slots[0]].act_batch([running[s][1] for s in slots])
+                failure = None
+            except ModelServerError as e:
+                actions, failure = [None] * len(slots), e
+            for slot, action in zip(slots, actions):
+                episode = running[slot][0]
+                try:
+                    running[slot] = (episode, episode.throw(failure) if failure else episode.send(action))
+                except StopIteration as end:
+                    del running[slot]
+                    yield end.value
+                    start(slot)
+
+
+def run_episodes(env: gym.Env | Sequence[gym.Env], agent: Agent, task_ids: Sequence[str], seed: int = 0,
+                 repeats: int = 1) -> Iterator[dict]:
+    """Every task ``repeats`` times in a row, episode i seeded ``seed + i``; given several envs, that
+    many episodes at a time (:func:`run_batched`)."""
+    envs = [env] if isinstance(env, gym.Env) else list(env)
+    order = [task_id for task_id in task_ids for _ in range(repeats)]
+    return run_batched(envs, agent, [(task_id, seed + i) for i, task_id in enumerate(order)])

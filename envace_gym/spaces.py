@@ -109,7 +109,9 @@ class ActionSpace(gym.Space[str]):
         return broken[int(rng.integers(len(broken)))]
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, ActionSpace) and other.tools is self.tools
+        # by value: a pickled copy (a vector env's worker checks its spaces against one) is equal
+        return isinstance(other, ActionSpace) and (other.tools is self.tools
+                                                   or other.tools.schemas == self.tools.schemas)
 
     def __repr__(self) -> str:
         return f"ActionSpace(text, tools={len(self.tools.names)})"

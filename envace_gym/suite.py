@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
-from envace_gym.messages import loads_bounded
+from envace_gym.messages import format_tool_call, loads_bounded
 from envace_gym.tools import ToolSet
+
+DEFAULT_SYSTEM_PROMPT = ("You are a helpful assistant with tools. Call a tool when it helps; when the "
+                         "request is done, answer the user in plain text.")
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,9 @@ class Response:
 
     @classmethod
     def from_native(cls, native: Any) -> Response:
-        """A suite's own result as a JSON object or array: JSON text is parsed, the rest wrapped."""
-        value = None
+        """A suite's own result as a JSON object or array: objects and arrays as they are, JSON
+        text parsed, the rest wrapped as ``{"result": ...}``."""
+        value = native if isinstance(native, (dict, list)) else None
         if isinstance(native, str):
             try:
                 value = json.loads(native)
@@ -76,22 +82,40 @@ class CallRecord:
 
 @dataclass
 class Task:
-    """One problem of a suite. ``data`` is the suite's own task object (gold included)."""
+    """One problem of a suite. ``data`` is the suite's own task object (gold included).
+
+    :class:`Suite`'s defaults read two generic fields: ``user``, what the scripted user
+    says (its opening message, or a list: the opening, then one message per agent reply),
+    and ``gold``, the task's gold calls in order (``{"name", "arguments"}``, optionally
+    ``"requestor"``), which the actions rewards and the oracle use.
+    """
 
     id: str
-    data: Any
+    data: Any = None
+    user: str | Sequence[str] = ""
+    gold: Sequence[dict] = ()
 
 
 class World(ABC):
-    """The real, executable backend of one episode."""
+    """The real, executable backend of one episode.
 
-    @abstractmethod
+    By default a call runs the world's method of the tool's name with the call's
+    arguments as keywords, and what it returns (a dict or list, or JSON text) is the
+    response; an exception it raises answers ``execution_error``. A world whose state
+    is plain Python data forks by deep copy.
+    """
+
     def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
         """Run one schema-valid call against this world's state."""
+        method = getattr(self, name, None)
+        if name.startswith("_") or name in vars(World) or not callable(method):
+            return Response(error=ToolError(ErrorCode.EXECUTION_ERROR,
+                                            f"{type(self).__name__} has no method for the tool {name!r}"))
+        return Response.from_native(method(**arguments))
 
-    @abstractmethod
     def fork(self) -> World:
         """An independent copy that shares no mutable state with this world."""
+        return copy.deepcopy(self)
 
 
 @dataclass
@@ -116,6 +140,27 @@ class User(ABC):
         """Answer one agent message (a user may act on ``world`` through user tools)."""
 
 
+class ScriptedUser(User):
+    """A user who says fixed messages: the first as the opening, then one per agent reply;
+    after the last, the next agent reply ends the episode (``user_stop``)."""
+
+    def __init__(self, messages: str | Sequence[str]):
+        self.messages = [messages] if isinstance(messages, str) else list(messages)
+        if not any(self.messages):
+            raise ValueError("the scripted user needs the task's messages: Task(..., user='...')")
+        self.said = 0
+
+    def opening(self, world: World) -> str:
+        self.said = 1
+        return self.messages[0]
+
+    def reply(self, agent_text: str, world: World) -> UserReply:
+        if self.said >= len(self.messages):
+            return UserReply("", stop=True)
+        self.said += 1
+        return UserReply(self.messages[self.said - 1])
+
+
 @dataclass
 class Episode:
     """Everything one episode produced; what rewards and agents read."""
@@ -131,7 +176,7 @@ class Episode:
 
     @property
     def truncated(self) -> bool:
-        return self.ended_by in ("max_turns", "max_steps")
+        return self.ended_by in ("max_turns", "max_steps", "time_limit")
 
     def replayed_world(self) -> World:
         """A fresh world after every call of the episode that passed validation, in order.
@@ -154,9 +199,17 @@ class Episode:
 
 
 class Suite(ABC):
-    """A family of tasks with their tools, worlds, users and evaluators."""
+    """A family of tasks with their tools, worlds, users and evaluators.
 
-    name: str
+    A suite needs only what it really has: its ``tasks`` (a list of :class:`Task`), its
+    :meth:`tools` and a :meth:`new_world`. Everything else has a default, each one a
+    method to override: one generic system prompt, no opening messages, the generic
+    :class:`ScriptedUser` (the task's ``user`` messages), no splits, and gold-call
+    scoring, an oracle plan and a world evaluator from the tasks' optional ``gold``.
+    """
+
+    name: str = "suite"
+    tasks: Sequence[Task] = ()
     transfer_tool: str | None = None
     one_step: bool = False  # the episode ends with the agent's first message (calls scored, not run)
     # tools that read and change no world state (arithmetic): run in a child process under the
@@ -164,43 +217,75 @@ class Suite(ABC):
     stateless_tools: frozenset[str] = frozenset()
 
     @abstractmethod
-    def task_ids(self, split: str | None) -> list[str]: ...
-
-    @abstractmethod
-    def task(self, task_id: str) -> Task: ...
-
-    @abstractmethod
     def tools(self, task: Task) -> ToolSet: ...
-
-    @abstractmethod
-    def system_prompt(self, task: Task) -> str: ...
 
     @abstractmethod
     def new_world(self, task: Task) -> World:
         """A fresh world in the task's initial state."""
 
-    @abstractmethod
+    def splits(self) -> list[str]:
+        """The names :meth:`task_ids` takes (default: none)."""
+        return []
+
+    def task_ids(self, split: str | None) -> list[str]:
+        """The ids of a split's tasks, or of all tasks (``None``)."""
+        if split is not None:
+            raise ValueError(f"{self.name} has no split {split!r}; "
+                             f"splits: {', '.join(self.splits()) or 'none (pass split=None)'}")
+        return [t.id for t in self.tasks]
+
+    @cached_property
+    def _task_index(self) -> dict[str, Task]:
+        return {t.id: t for t in self.tasks}
+
+    def task(self, task_id: str) -> Task:
+        if task_id not in self._task_index:
+            raise KeyError(f"{self.name} has no task {task_id!r}")
+        return self._task_index[task_id]
+
+    def system_prompt(self, task: Task) -> str:
+        return DEFAULT_SYSTEM_PROMPT
+
     def opening_messages(self, task: Task) -> list[dict]:
         """Messages that precede the user's first turn (a greeting, a recorded history)."""
+        return []
 
-    @abstractmethod
-    def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User: ...
+    def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User:
+        """``"scripted"``: the generic :class:`ScriptedUser` saying the task's ``user`` messages."""
+        if isinstance(kind, User):
+            return kind
+        if kind == "scripted":
+            return ScriptedUser(task.user, **kwargs)
+        raise ValueError(f"{self.name} has the scripted user only: use user='scripted' or a User, not {kind!r}")
 
-    @abstractmethod
     def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
-        """The suite's real evaluator on a world that holds the episode's effects."""
+        """The suite's real evaluator on a world that holds the episode's effects (default:
+        :meth:`score_actions`; override it to check the world's state)."""
+        return self.score_actions(task, episode)
 
-    @abstractmethod
     def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
-        """Gold-action match; needs no world."""
+        """Gold-action match, needing no world: 1 when every gold call was made (same requestor,
+        name and arguments, in any order, each made call matching one gold call), else 0."""
+        made = [(c.requestor, *recording_key(c.name, c.arguments)) for c in episode.calls if c.ran]
+        checks = []
+        for call in self.gold_calls(task):
+            key = (call["requestor"], *recording_key(call["name"], call["arguments"]))
+            met = key in made
+            if met:
+                made.remove(key)
+            checks.append({"action": call["name"], "arguments": call["arguments"], "met": met})
+        reward = 1.0 if all(c["met"] for c in checks) else 0.0
+        return reward, {"action": reward, "action_checks": checks}
 
-    @abstractmethod
     def gold_calls(self, task: Task) -> list[dict]:
         """The task's gold calls in order: ``{"name", "arguments", "requestor"}``."""
+        return [{"name": c["name"], "arguments": c.get("arguments", {}),
+                 "requestor": c.get("requestor", "assistant")} for c in task.gold]
 
-    @abstractmethod
     def oracle_plan(self, task: Task) -> list[Any]:
-        """The act actions an oracle plays, in order."""
+        """The act actions an oracle plays, in order (default: each gold call, then "Done.")."""
+        return [format_tool_call(c["name"], c["arguments"]) for c in self.gold_calls(task)
+                if c["requestor"] == "assistant"] + ["Done."]
 
     def criteria(self, task: Task) -> str:
         """The task's success criteria in words, for an LLM judge (never shown to the agent)."""
@@ -217,7 +302,7 @@ class Suite(ABC):
             table: dict[tuple[str, str], list[str]] = {}
             world = self.new_world(task)
             for call in self.gold_calls(task):
-                response = world.execute(call["name"], call["arguments"], call["requestor"])
+                response = execute(self, world, call["name"], call["arguments"], Limits(), call["requestor"])
                 table.setdefault(recording_key(call["name"], call["arguments"]), []).append(response.content)
             self._recordings[task.id] = table
         return self._recordings[task.id]

@@ -11,7 +11,16 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MARKUP = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 
 
-def _corpus() -> list[str]:
+def _corpus(env_id: str | None) -> list[str]:
+    if env_id is not None:  # gold episodes as the chat template renders them: what the model reads
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+
+        from envace_gym.training.sft import gold_episodes
+
+        renderer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), chat_template=TOOL_CHAT_TEMPLATE)
+        return [renderer.apply_chat_template(e["messages"], tools=e["tools"], tokenize=False)
+                for e in gold_episodes(env_id, "train", 100)]
     from envace_gym.envs.tau2 import get_suite
 
     suite = get_suite("retail")
@@ -23,11 +32,14 @@ def _corpus() -> list[str]:
 
 
 def tiny_model(path: str | Path, vocab_size: int = 2048, hidden_size: int = 128, layers: int = 2,
-               seed: int = 0) -> Path:
+               seed: int = 0, env_id: str | None = None) -> Path:
     """Write a random-init Qwen3 causal LM (head size 64) and its BPE tokenizer to ``path``.
 
-    The tokenizer is trained on tau2 retail's policy and tool schemas, and carries the
-    tool-aware chat template of :mod:`envace_gym.chat_template`.
+    The tokenizer is trained on tau2 retail's policy and tool schemas, or with ``env_id`` on
+    the oracle's episodes of its ``train`` split as the chat template renders them, merging
+    across word boundaries (a whole policy line or call prefix can be one token: short
+    sequences, fast learning). It carries the tool-aware chat template of
+    :mod:`envace_gym.chat_template`.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -37,10 +49,13 @@ def tiny_model(path: str | Path, vocab_size: int = 2048, hidden_size: int = 128,
     path.mkdir(parents=True, exist_ok=True)
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if env_id is not None:  # words are lines
+        bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "merged_with_previous"),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL + MARKUP,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    bpe.train_from_iterator(_corpus(), trainer=trainer)
+    bpe.train_from_iterator(_corpus(env_id), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
                                         pad_token="<|endoftext|>", chat_template=TOOL_CHAT_TEMPLATE)
     tokenizer.save_pretrained(path)

@@ -24,7 +24,7 @@ class ToolSet:
     """
 
     def __init__(self, schemas: list[dict], hidden: list[dict] = (), closed: bool = False):
-        self.schemas = schemas
+        self.schemas, self._hidden, self._closed = schemas, list(hidden), closed
         self.functions = {s["function"]["name"]: s for s in [*schemas, *hidden]}
         self.by_name: dict[str, dict] = {}
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
@@ -42,6 +42,17 @@ class ToolSet:
             # about 20x faster than jsonschema's interpreter; jsonschema words the errors
             self._fast[fn["name"]] = fastjsonschema.compile(params, use_default=False,
                                                             use_formats=False)
+
+    # compiled validators are functions made at run time: a pickle holds the schemas and is
+    # compiled again when loaded; a ToolSet is never changed, so copies share it
+    def __reduce__(self):
+        return ToolSet, (self.schemas, self._hidden, self._closed)
+
+    def __copy__(self) -> ToolSet:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> ToolSet:
+        return self
 
     def __contains__(self, name: str) -> bool:
         return name in self._validators

@@ -1,4 +1,4 @@
-"""Wrappers that change who answers rehearse turns."""
+"""Wrappers: who answers rehearse turns, and scoring episodes that an outer limit cuts."""
 
 from __future__ import annotations
 
@@ -25,4 +25,32 @@ class SelfRehearsal(gym.Wrapper):
             obs, reward, terminated, truncated, info = self.env.step(self.agent.act(obs))
             calls += info["tool_calls"]
         info["tool_calls"] = calls
+        return obs, reward, terminated, truncated, info
+
+
+class ScoreTruncated(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Scores an episode that a wrapper inside it truncates (Gymnasium's ``TimeLimit``).
+
+    ``gym.make(id, max_episode_steps=N)`` puts a ``TimeLimit`` around the env, which
+    counts every step (act and rehearse) and cuts the episode without the env knowing,
+    so no terminal reward would be computed. Every ``EnvACE/*`` id is registered with
+    this wrapper outside that ``TimeLimit``: on a step that comes back truncated while
+    the env's own episode is still running, it ends the episode
+    (:meth:`~envace_gym.EnvACEEnv.finish`, ``ended_by="time_limit"``) and returns its
+    reward with ``info["reward_source"]``, ``info["reward_info"]`` and
+    ``info["ended_by"]``. Around a hand-made limit: ``ScoreTruncated(TimeLimit(env, N))``.
+    """
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        inner = self.env.unwrapped
+        episode = getattr(inner, "episode", None)
+        if truncated and not terminated and episode is not None and episode.ended_by is None:
+            reward, final = inner.finish("time_limit")
+            info = {**info, **{k: v for k, v in final.items() if k != "tool_calls"}}
+            obs = inner.observation()
         return obs, reward, terminated, truncated, info

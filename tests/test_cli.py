@@ -1,4 +1,5 @@
 import json
+import statistics
 
 import pandas as pd
 from typer.testing import CliRunner
@@ -44,3 +45,199 @@ def test_train_on_a_suite_without_splits(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert record["rows"] == 2 and "eval/reward" in record and (out / "step-1" / "manifest.json").exists()
+
+
+AGENT_FILE = '''
+from envace_gym.agents import Agent
+
+
+class Echo(Agent):
+    def __init__(self, text="Done.", times=1):
+        self.text, self.times = text, times
+        self.name = f"echo:{text}:{times!r}"
+
+    def act(self, obs):
+        return self.text
+'''
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _one_line_error(args, *parts):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and all(p in line for p in parts), line
+
+
+def test_run_loads_a_users_agent_class_with_agent_kwargs(tmp_path, monkeypatch):
+    (tmp_path / "echo_agents.py").write_text(AGENT_FILE)
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", f"{tmp_path / 'echo_agents.py'}:Echo",
+                                 "--agent-kwargs", "text=Bye ###STOP###", "--agent-kwargs", "times=3",
+                                 "--task-ids", "create_task_1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (record,) = _records(out)
+    assert record["agent"] == "echo:Bye ###STOP###:3" and record["ended_by"] == "user_stop"
+    monkeypatch.chdir(tmp_path)  # MODULE:CLASS from the working directory
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", "echo_agents:Echo", "--task-ids",
+                                 "create_task_1", "--max-turns", "1", "--out", str(out)])
+    assert result.exit_code == 0 and _records(out)[0]["agent"] == "echo:Done.:1"
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "no_such_agents:Echo"],
+                    "cannot import 'no_such_agents'")
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "echo_agents:Nope"],
+                    "'echo_agents:Nope' names no envace_gym.agents.Agent subclass")
+
+
+def test_run_simulated_with_a_simulator_and_mixed_with_p_real(tmp_path):
+    out = tmp_path / "run.jsonl"
+    common = ["run", "EnvACE/tau2-mock-v0", "--task-ids", "create_task_1,update_task_1", "--out", str(out)]
+    assert runner.invoke(app, [*common, "--dynamics", "simulated", "--simulator", "oracle"]).exit_code == 0
+    records = _records(out)
+    assert all(r["dynamics"] == "simulated" and r["reward"] == 1.0 and r["tool_calls"] for r in records)
+    for p_real, real in (("1", True), ("0", False)):
+        assert runner.invoke(app, [*common, "--dynamics", "mixed", "--p-real", p_real]).exit_code == 0
+        assert all(bool(r["real_call_ids"]) == real and r["reward"] == 1.0 for r in _records(out))
+
+
+def test_run_with_an_llm_user(server, tmp_path):
+    from conftest import FakeChatServer
+
+    url, _ = server
+    FakeChatServer.replies = [{"role": "assistant", "content": "Please create a task for me."},
+                              {"role": "assistant", "content": "Thanks! ###STOP###"}]
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--user", f"llm:user-model@{url}?max_retries=0",
+                                 "--task-ids", "create_task_1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (record,) = _records(out)
+    assert record["messages"][2] == {"role": "user", "content": "Please create a task for me."}
+    assert record["ended_by"] == "user_stop" and len(FakeChatServer.requests) == 2
+    assert FakeChatServer.requests[0]["model"] == "user-model"
+
+
+def test_repeats_and_batches_give_the_same_records(tmp_path):
+    runs = {}
+    for batch in ("1", "4"):
+        out = tmp_path / f"batch{batch}.jsonl"
+        result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--dynamics", "rehearsed", "--repeats", "2",
+                                     "--batch", batch, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        runs[batch] = sorted(({k: v for k, v in r.items() if k != "seconds"} for r in _records(out)),
+                             key=lambda r: r["seed"])
+    assert runs["1"] == runs["4"] and [r["seed"] for r in runs["1"]] == list(range(18))
+    ids = [r["task_id"] for r in runs["1"]]
+    assert ids[0::2] == ids[1::2]  # each task twice in a row
+
+
+def test_batch_one_is_record_for_record_the_sequential_run_and_batches_use_act_batch():
+    import gymnasium as gym
+
+    from envace_gym import agents
+    from envace_gym.runner import run_episodes
+
+    env = gym.make("EnvACE/tau2-mock-v0", dynamics="rehearsed")
+    oracle = agents.load("oracle", env=env)
+    ids = env.unwrapped.task_ids[:4]
+    expected = []
+    for i, task_id in enumerate(ids):  # the loop every run made before batching
+        obs, info = env.reset(seed=i, options={"task_id": task_id})
+        done, calls = False, 0
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(oracle.act(obs))
+            calls += len(info["tool_calls"])
+            done = terminated or truncated
+        expected.append((task_id, reward, info["reward_info"], info["turn"], calls, info["ended_by"],
+                         env.unwrapped.episode.messages))
+    got = [(r["task_id"], r["reward"], r["reward_info"], r["turns"], r["tool_calls"], r["ended_by"], r["messages"])
+           for r in run_episodes(env, oracle, ids)]
+    assert got == expected
+
+    class Batched(agents.Agent):
+        sizes = []
+
+        def act(self, obs):
+            return "Done. ###STOP###"
+
+        def act_batch(self, observations):
+            self.sizes.append(len(observations))
+            return super().act_batch(observations)
+
+    envs = [gym.make("EnvACE/tau2-mock-v0") for _ in range(3)]
+    records = list(run_episodes(envs, Batched(), ids[:3], repeats=2))
+    assert Batched.sizes == [3, 3] and len(records) == 6
+
+
+def test_list_shows_full_ids_task_counts_and_splits():
+    result = runner.invoke(app, ["list", "tau2"])
+    assert result.exit_code == 0
+    assert "EnvACE/tau2-mock-gen-v0" in result.output and "test 40*" in result.output
+    result = runner.invoke(app, ["list", "tau2-mock", "--json"])
+    rows = {r["id"]: r for r in json.loads(result.output)}
+    assert rows["EnvACE/tau2-mock-v0"] == {"id": "EnvACE/tau2-mock-v0", "suite": "mock", "tasks": 9,
+                                           "default_split": "base", "splits": {"base": 9}}
+    assert rows["EnvACE/tau2-mock-gen-v0"]["splits"] == {"test": 200, "train": 5000}
+
+
+def test_records_carry_env_split_seed_and_shadow_fidelity_and_the_summary_a_standard_error(tmp_path):
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--dynamics", "shadow", "--agent", "random",
+                                 "--max-turns", "3", "--seed", "5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records = _records(out)
+    assert all(r["env_id"] == "EnvACE/tau2-mock-v0" and r["split"] == "base" and isinstance(r["task_id"], str)
+               for r in records)
+    assert [r["seed"] for r in records] == list(range(5, 14))
+    shadowed = [r["fidelity"] for r in records if r["fidelity"]]
+    assert shadowed and set(shadowed[0]) == {"calls", "parsed", "shape", "leaf_match", "error_agree", "exact"}
+    rewards = [r["reward"] for r in records]
+    error = statistics.stdev(rewards) / len(rewards) ** 0.5
+    assert f"mean reward {statistics.fmean(rewards):.3f} ± {error:.3f} (standard error)" in result.output
+
+
+def test_compare_plot_is_readable_for_80_tools():
+    from envace_gym.compare import METRICS, figure
+
+    names = [f"a_long_tool_name_of_a_large_suite_{i:02d}" for i in range(80)]
+    summary = {name: {"calls": 2, **{m: 0.5 for m in METRICS}} for name in [*names, "all"]}
+    fig = figure(summary, "80 tools")
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"{n} (2)" for n in [*names, "all"]]
+    width, height = fig.get_size_inches()
+    assert height > 4 * width  # one row per tool, top to bottom
+
+
+def test_train_names_the_splits_of_a_suite_without_the_default_one():
+    _one_line_error(["train", "--model", "hf:/no/model", "--env", "EnvACE/tau2-mock-v0"],
+                    "EnvACE/tau2-mock-v0 has no split 'train'", "its splits: base")
+
+
+def test_knn_refuses_to_act():
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "knn"], "knn is a world model and cannot act")
+
+
+def test_user_errors_are_one_line(tiny):
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "hf:/no/such/model"], "no model at '/no/such/model'")
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", f"vllm:{tiny}@http://127.0.0.1:9/v1"],
+                    "cannot reach the model server at http://127.0.0.1:9/v1")
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent-kwargs", "max_new_tokens"], "expected KEY=VALUE")
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent-kwargs", "max_new_tokens=8"], "max_new_tokens")
+    _one_line_error(["run", "--env", "no/such/suite.py:X-v0"], "cannot import 'no/such/suite.py'")
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--batch", "0"], "--batch must be at least 1")
+
+
+def test_a_dead_server_mid_run_keeps_the_records_and_names_the_task(server, tmp_path):
+    from conftest import FakeChatServer, Raw
+
+    url, _ = server
+    FakeChatServer.replies = [{"role": "assistant", "content": "Done. ###STOP###"}, Raw(b"down", status=500)]
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", f"openai:m@{url}?max_retries=0",
+                                 "--task-ids", "create_task_1,update_task_1,impossible_task_1", "--max-turns", "1",
+                                 "--out", str(out)])
+    assert result.exit_code == 1
+    assert [r["ended_by"] for r in _records(out)] == ["user_stop", "agent_error", "max_turns"]
+    (line,) = [x for x in result.output.splitlines() if "failed" in x]
+    assert line.startswith("task update_task_1 (seed 1) failed: ") and url in line

@@ -129,3 +129,19 @@ def test_prompted_rows_get_their_episodes_advantages(baseline):
     for row, e in enumerate(row_episodes):
         column = 1 if row_roles[row][1] == a else 2
         assert torch.isclose(prompted[row, 1], inline[e, column])
+
+
+def test_chunked_logprobs_equal_the_full_log_softmax_in_values_and_gradients(tiny):
+    """The memory-lean path (chunks of the head and log-softmax, recomputed in backward)."""
+    model, ids, mask, _ = _batch(tiny)
+    mask[1, 20:] = 0
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float() / 0.7
+    full = torch.nn.functional.pad(torch.gather(logits.log_softmax(-1), 2, ids[:, 1:, None]).squeeze(-1), (1, 0))
+    (full * mask).sum().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    chunked = token_logprobs(model, ids, mask, temperature=0.7, chunk=5)
+    (chunked * mask).sum().backward()
+    torch.testing.assert_close(chunked, full, atol=1e-5, rtol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -1,24 +1,38 @@
-"""Agents by name (DESIGN.md): ``oracle``, ``random``, ``knn``, ``smollm2``, ``hf:``, ``vllm:`` (offline or
-``@BASE_URL``), ``openai:``."""
+"""Agents by name (DESIGN.md): ``oracle``, ``noisy-oracle``, ``random``, ``knn``, ``smollm2``, ``hf:``, ``vllm:``
+(offline or ``@BASE_URL``), ``openai:``; and :class:`PrivateRehearsal`, which wraps any of them."""
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
 from envace_gym.agents.base import Agent
 from envace_gym.agents.knn import KNNAgent
+from envace_gym.agents.noisy_oracle import NoisyOracle
 from envace_gym.agents.oracle import OracleAgent
+from envace_gym.agents.private_rehearsal import PrivateRehearsal
 from envace_gym.agents.random_agent import RandomAgent
+from envace_gym.registration import import_module
 
-AGENTS = {"oracle": OracleAgent, "random": RandomAgent, "knn": KNNAgent}
-NAMES = "oracle, random, knn, smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, openai:MODEL@BASE_URL"
+AGENTS = {"oracle": OracleAgent, "noisy-oracle": NoisyOracle, "random": RandomAgent, "knn": KNNAgent}
+NAMES = ("oracle, noisy-oracle, random, knn, smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, openai:MODEL@BASE_URL, "
+         "MODULE:CLASS")
 
 
 def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
     """The agent called ``name`` (the names of the command line), bound to ``env`` where it needs one."""
     kind, _, arg = name.partition(":")
+    if kind in ("hf", "vllm"):
+        local = arg.rpartition("@")[0] if "@" in arg else arg
+        if local.startswith(("/", ".", "~")) and not Path(local).expanduser().exists():
+            raise FileNotFoundError(f"no model at {local!r}: no such file or folder")
+    if name == "oracle" and isinstance(env, gym.vector.VectorEnv):
+        from envace_gym.agents.vector import VectorOracle
+
+        return VectorOracle(env)
     if name in AGENTS:
         return AGENTS[name](env, **kwargs)
     if name == "smollm2":
@@ -44,7 +58,20 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
 
         model, base_url, options = parse_spec(name, "openai:")
         return OpenAIAgent(model, base_url, env, **options | kwargs)
+    if ":" in name and kind not in ("hf", "vllm", "openai"):
+        return _user_agent(name, env, **kwargs)
     raise ValueError(f"unknown agent {name!r}; use one of: {NAMES}")
 
 
-__all__ = ["AGENTS", "Agent", "KNNAgent", "OracleAgent", "RandomAgent", "load"]
+def _user_agent(name: str, env: gym.Env | None, **kwargs: Any) -> Agent:
+    """``MODULE:CLASS`` or ``PATH.py:CLASS``: an :class:`Agent` subclass, given ``env=`` if it takes one."""
+    module, _, attr = name.rpartition(":")
+    cls = getattr(import_module(module), attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Agent)):
+        raise ValueError(f"{name!r} names no envace_gym.agents.Agent subclass")
+    if "env" in inspect.signature(cls).parameters:
+        kwargs["env"] = env
+    return cls(**kwargs)
+
+
+__all__ = ["AGENTS", "Agent", "KNNAgent", "NoisyOracle", "OracleAgent", "PrivateRehearsal", "RandomAgent", "load"]

@@ -16,6 +16,10 @@ class Agent(ABC):
     def act_batch(self, observations: list[dict]) -> list[str]:
         return [self.act(obs) for obs in observations]
 
+    def bind(self, env) -> Agent:
+        """This agent playing in ``env`` (a fork of its env); an agent that reads no env is itself."""
+        return self
+
 
 class RoleSplit(Agent):
     """Two agents as one: ``actor`` takes act turns, ``rehearser`` takes rehearse turns."""

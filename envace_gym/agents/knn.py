@@ -21,7 +21,7 @@ class KNNAgent(Agent):
     argument tokens (ties go to the most recent call). The memory is filled from
     every observation the agent sees: each tool message paired with its call,
     across episodes. Under ``shadow`` or ``real`` dynamics those are real
-    responses. It does not act: on an act turn it only asks the user to continue.
+    responses. It does not act: an act turn raises ``ValueError``.
     """
 
     name = "knn"
@@ -49,7 +49,8 @@ class KNNAgent(Agent):
     def act(self, obs: dict) -> str:
         self._observe(obs["messages"])
         if obs["role"] == "act":
-            return "Please go on."
+            raise ValueError("knn is a world model and cannot act: it answers rehearse turns only; give it as "
+                             "--simulator (dynamics simulated) or as compare's --agent, and act with another agent")
         call = obs["tool_call"]
         candidates = self.memory.get(call["name"])
         if not candidates:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 
 from envace_gym.agents.base import Agent
@@ -19,6 +21,12 @@ class RandomAgent(Agent):
         self.space = env.unwrapped.action_space
         if seed is not None:
             self.space.seed(seed)
+
+    def bind(self, env: gym.Env) -> RandomAgent:
+        """A random agent sampling ``env``'s action space (with that space's generator)."""
+        clone = copy.copy(self)
+        clone.env, clone.space = env, env.unwrapped.action_space
+        return clone
 
     def act(self, obs: dict) -> str:
         self.space.role = obs["role"]

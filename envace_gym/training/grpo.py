@@ -13,6 +13,7 @@ summed over roles with ``role_weights`` (weight 0 switches a role off).
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 ROLES = ("act", "rehearse")
 ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2}
@@ -72,12 +73,34 @@ def token_advantages(rewards: torch.Tensor, groups: torch.Tensor, role_ids: torc
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0) -> torch.Tensor:
+                   temperature: float = 1.0, chunk: int = 256) -> torch.Tensor:
     """``[B, T]`` log-probability of each token given the ones before (0 at position 0), at the
-    sampler's ``temperature`` so that ratios compare like with like."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
-    picked = torch.gather(logits.log_softmax(-1), 2, input_ids[:, 1:, None]).squeeze(-1)
+    sampler's ``temperature`` so that ratios compare like with like.
+
+    The model runs once for its final hidden states; the output head and the log-softmax
+    then run over ``chunk`` positions at a time, each chunk recomputed in the backward pass
+    (activation checkpointing), so that no ``[B, T, V]`` tensor ever exists: the peak is
+    one chunk's logits, whatever the sequence length.
+    """
+    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                logits_to_keep=1)
+    hidden = out.hidden_states[-1][:, :-1]  # the last layer's output, after the final norm
+    head = getattr(model, "module", model).get_output_embeddings()
+    targets = input_ids[:, 1:]
+    pieces = []
+    for start in range(0, hidden.shape[1], chunk):
+        h, t = hidden[:, start:start + chunk], targets[:, start:start + chunk]
+        if torch.is_grad_enabled() and h.requires_grad:
+            pieces.append(checkpoint(_picked_logprobs, head, h, t, temperature, use_reentrant=False))
+        else:
+            pieces.append(_picked_logprobs(head, h, t, temperature))
+    picked = torch.cat(pieces, dim=1) if pieces else hidden.new_zeros(hidden.shape[:2])
     return torch.nn.functional.pad(picked, (1, 0))
+
+
+def _picked_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    logits = head(hidden).float() / temperature
+    return torch.gather(logits, 2, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
 
 
 def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,

@@ -132,6 +132,7 @@ class SFTConfig:
     seed: int = 0
     tensorboard: bool = True
     lora_rank: int = 0
+    gradient_checkpointing: bool = False  # recompute each layer's activations in backward
     env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments for the gold episodes
 
     def __post_init__(self):

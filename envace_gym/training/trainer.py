@@ -56,6 +56,9 @@ class TrainConfig:
     seed: int = 0
     tensorboard: bool = True  # also log the metrics as TensorBoard scalars in OUT/tensorboard
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft) on every linear layer instead
+    bf16: bool = False  # forward passes under bf16 autocast; weights, gradients and optimizer stay fp32
+    gradient_checkpointing: bool = False  # recompute each layer's activations in backward
+    minibatch_tokens: int = 0  # > 0: minibatches packed up to this many (padded) tokens, not `minibatch` rows
     engine_kwargs: dict = field(default_factory=dict)  # for vllm:PATH models: passed to vllm.LLM
     env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments, e.g. user_kwargs
 
@@ -63,7 +66,7 @@ class TrainConfig:
         for name in ("steps", "group_size", "tasks_per_step", "epochs", "minibatch", "eval_tasks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("eval_every", "save_every", "lora_rank"):
+        for name in ("eval_every", "save_every", "lora_rank", "minibatch_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)!r}")
 
@@ -133,7 +136,16 @@ class Trainer:
             model = self.agent.model = get_peft_model(model, LoraConfig(
                 r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
                 target_modules="all-linear", task_type="CAUSAL_LM"))
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model, self.tokenizer = model, self.agent.tokenizer
+
+    def _logprobs(self, model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Token log-probs on the training device (bf16 autocast when configured), back on the CPU."""
+        device = self.accelerator.device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+            out = token_logprobs(model, ids.to(device), mask.to(device), self.cfg.temperature)
+        return out.float().cpu()
 
     def _prepare_optimizer(self) -> None:
         """AdamW on the trainable weights, through accelerate, and a linear decay over ``cfg.steps``."""
@@ -251,26 +263,26 @@ class Trainer:
                                       episodes)
         weights = {role: 1.0 if role in cfg.roles else 0.0 for role in ROLES}
         ref = None
-        device = self.accelerator.device
         if self.reference is not None:
             with torch.no_grad():
-                ref = token_logprobs(self.reference, ids.to(device), mask.to(device), cfg.temperature).cpu()
+                ref = self._logprobs(self.reference, ids, mask)
         self.train_model.train()
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         collected: dict[str, list[float]] = {}
+        lengths = [len(r.ids) for r in rollouts]
         for _ in range(cfg.epochs):
-            for start in range(0, len(rollouts), cfg.minibatch):
-                rows_all = list(range(start, min(start + cfg.minibatch, len(rollouts))))
+            for rows_all in minibatches(lengths, cfg.minibatch, cfg.minibatch_tokens):
                 counts = {role: int((roles[rows_all] == ROLE_IDS[role]).sum()) for role in ROLES}
                 if not any(counts[role] and weights[role] for role in ROLES):
                     continue  # no tokens of a trained role in this minibatch (the same on every process)
                 mb, share = rows_all[self.rank::self.world], float(self.world)
                 if not mb:  # fewer rows than processes: run one row at weight 0 so DDP stays in step
                     mb, share = rows_all[:1], 0.0
-                logprobs = token_logprobs(self.train_model, ids[mb].to(device), mask[mb].to(device),
-                                          cfg.temperature).cpu()
-                loss, stats = grpo_loss(logprobs, old[mb], advantages[mb], roles[mb], cfg.clip_eps,
-                                        None if ref is None else ref[mb], cfg.kl_coef, weights, counts)
+                w = max(lengths[i] for i in rows_all)  # this minibatch's own width
+                logprobs = self._logprobs(self.train_model, ids[mb, :w], mask[mb, :w])
+                loss, stats = grpo_loss(logprobs, old[mb, :w], advantages[mb, :w], roles[mb, :w], cfg.clip_eps,
+                                        None if ref is None else ref[mb, :w], cfg.kl_coef, weights, counts)
+                stats["forward_tokens"] = len(mb) * w
                 # DDP averages gradients over processes; each holds a share of the token sums
                 loss = loss * share + 0.0 * logprobs.sum()
                 self.optimizer.zero_grad()
@@ -280,6 +292,8 @@ class Trainer:
                 for k, v in stats.items():
                     collected.setdefault(k, []).append(v)
         out = {k: statistics.fmean(v) for k, v in collected.items()}
+        if "forward_tokens" in collected:
+            out["forward_tokens"] = max(collected["forward_tokens"])  # the largest forward of the step
         out["lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self._sync_engine()
@@ -355,6 +369,20 @@ class Trainer:
         if metrics.exists():  # drop what a killed run logged after its last checkpoint
             kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= self.step]
             metrics.write_text("".join(line + "\n" for line in kept))
+
+
+def minibatches(lengths: list[int], rows: int, tokens: int = 0) -> list[list[int]]:
+    """Consecutive row indices per minibatch: ``rows`` at a time, or, with ``tokens`` > 0, as
+    many as fit ``tokens`` once padded to the longest of them (a longer row goes alone)."""
+    if not tokens:
+        return [list(range(i, min(i + rows, len(lengths)))) for i in range(0, len(lengths), rows)]
+    out: list[list[int]] = []
+    for i, length in enumerate(lengths):
+        if out and (len(out[-1]) + 1) * max(length, *(lengths[j] for j in out[-1])) <= tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def plot_metrics(path: Path, png: Path) -> None:

@@ -171,6 +171,11 @@ class TurnUser(User):
 class MultiTurnSuite(Suite):
     """One multi-turn category. Build it with :func:`envace_gym.envs.bfcl.get_suite`."""
 
+    def __reduce__(self):  # pickled by reference: the process-wide suite of its category
+        from envace_gym.envs.bfcl import get_suite
+
+        return get_suite, (self.category,)
+
     def __init__(self, category: str):
         if category not in CATEGORIES:
             raise ValueError(f"unknown BFCL multi-turn category {category!r}; choose from {CATEGORIES}")

@@ -85,6 +85,11 @@ class SingleTurnSuite(Suite):
 
     one_step = True
 
+    def __reduce__(self):  # pickled by reference: the process-wide suite of its category
+        from envace_gym.envs.bfcl import get_suite
+
+        return get_suite, (self.category,)
+
     def __init__(self, category: str):
         if category not in CATEGORIES:
             raise ValueError(f"unknown BFCL single-turn category {category!r}; choose from {CATEGORIES}")

@@ -281,6 +281,9 @@ class MockGenSuite(Tau2Suite):
         super().__init__("mock")
         self.name = "mock-gen"
 
+    def __reduce__(self):  # pickled by reference: the process-wide suite of its seed
+        return (get_gen_suite, (self.seed,)) if self.sizes == SIZES else (MockGenSuite, (self.seed, self.sizes))
+
     def _schema(self, tool) -> dict:
         """Without pydantic's generated titles: tokens that say nothing new."""
         schema = copy.deepcopy(tool.openai_schema)

@@ -113,6 +113,9 @@ class Tau2Suite(Suite):
         self._system_prompt = (f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n"
                                f"<policy>\n{self._template.get_policy()}\n</policy>")
 
+    def __reduce__(self):  # pickled by reference: the process-wide suite (no database copies)
+        return get_suite, (self.domain,)
+
     def _schema(self, tool) -> dict:
         """The OpenAI schema shown for one of tau2's tools (a subclass may trim it)."""
         return tool.openai_schema
@@ -124,6 +127,9 @@ class Tau2Suite(Suite):
         raw = load_file(root / "tasks.json")
         raw = raw["tasks"] if isinstance(raw, dict) else raw
         return {t["id"]: t for t in raw}, load_file(root / "split_tasks.json")
+
+    def splits(self) -> list[str]:
+        return sorted(self._splits)
 
     def task_ids(self, split: str | None) -> list[str]:
         if split is None:

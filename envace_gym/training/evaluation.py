@@ -1,0 +1,50 @@
+"""Held-out measures of a policy: reward, partial credit and valid calls of its act role, fidelity of its rehearse role."""
+
+from __future__ import annotations
+
+import statistics
+
+import gymnasium as gym
+
+from envace_gym import agents
+from envace_gym.compare import compare_calls
+from envace_gym.suite import Episode
+
+
+def gold_share(episode: Episode) -> tuple[float, dict]:
+    """Share of the task's gold actions matched by the episode's calls: a partial-credit reward."""
+    _, parts = episode.suite.score_actions(episode.task, episode)
+    checks = parts["action_checks"]
+    return (sum(c["met"] for c in checks) / len(checks) if checks else 1.0), parts
+
+
+def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
+    """Episodes of ``agent`` in ``env``: mean reward, mean :func:`gold_share`, and the valid-call
+    rate: the share of act turns that make at least one tool call and whose calls all pass
+    validation (``error`` None in ``info["tool_calls"]``)."""
+    rewards, shares, turns, valid = [], [], 0, 0
+    for i, task_id in enumerate(task_ids):
+        obs, _ = env.reset(seed=seed + i, options={"task_id": task_id})
+        done = False
+        while not done:
+            role = obs["role"]
+            obs, reward, terminated, truncated, info = env.step(agent.act(obs))
+            if role == "act":
+                calls = info["tool_calls"]
+                turns += 1
+                valid += bool(calls) and all(c["error"] is None for c in calls)
+            done = terminated or truncated
+        rewards.append(reward)
+        shares.append(gold_share(env.unwrapped.episode)[0])
+    return {"reward": statistics.fmean(rewards), "gold_share": statistics.fmean(shares),
+            "valid_calls": valid / turns if turns else 0.0}
+
+
+def held_out(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
+    """:func:`play` in ``env`` (real dynamics for the act role's real reward), and the rehearse role's
+    fidelity on the same tasks' calls (:func:`~envace_gym.compare.compare_calls`: the oracle acts,
+    ``agent`` rehearses, the world answers): mean ``parsed``, ``leaf_match`` and ``exact``."""
+    calls = list(compare_calls(env, agents.load("oracle", env=env), agent, task_ids, seed=seed))
+    fidelity = {m: statistics.fmean(float(c[m]) for c in calls) if calls else None
+                for m in ("parsed", "leaf_match", "exact")}
+    return {**play(env, agent, task_ids, seed), **fidelity}
