@@ -49,7 +49,8 @@ def user_errors(*more: type[Exception]):
     except (*USER_ERRORS, *more) as e:
         if os.environ.get("ENVACE_TRACEBACK"):
             raise
-        fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else f"{e}" or type(e).__name__)
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # a KeyError's str() is a repr
+        fail(str(message) or type(e).__name__)
 
 
 def parse_pairs(pairs: list[str] | None) -> dict:
@@ -88,7 +89,6 @@ def user_option(spec: str) -> dict:
     if not spec.startswith("llm:"):
         return {"user": spec}
     model, base_url, options = parse_spec(spec, "llm:")
-    options.pop("max_reply_bytes", None)  # the LLM user's client keeps its default
     return {"user": "llm", "user_kwargs": {"model": model, "base_url": base_url, **options}}
 
 
@@ -146,7 +146,8 @@ def list_envs(
     for column in ("suite", "tasks", "splits (tasks; * default)"):
         table.add_column(column)
     for r in rows:
-        splits = " · ".join(f"{name} {n}{'*' if name == r['default_split'] else ''}" for name, n in r["splits"].items())
+        splits = " · ".join(f"{name} {n}{'*' if name == r['default_split'] else ''}"
+                            for name, n in r["splits"].items())
         table.add_row(r["id"], r["suite"], str(r["tasks"]), splits or "none: all tasks")
     console.print(table)
 
@@ -215,7 +216,7 @@ def run(
                 console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
                               f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
     table = Table(title=f"{env_id} · {agent} · {dynamics}")
-    table.add_column("task_id", overflow="fold", min_width=min(40, max((len(r["task_id"]) for r in records), default=7)))
+    table.add_column("task_id", overflow="fold", min_width=min(40, max(len(r["task_id"]) for r in records)))
     for column in ("seed", "reward", "source", "turns", "calls", "ended by", "seconds"):
         table.add_column(column)
     for r in records:
@@ -223,7 +224,8 @@ def run(
                       str(r["tool_calls"]), str(r["ended_by"]), f"{r['seconds']:.3f}")
     console.print(table)
     rewards = [r["reward"] for r in records]
-    error = f" ± {statistics.stdev(rewards) / math.sqrt(len(rewards)):.3f} (standard error)" if len(rewards) > 1 else ""
+    error = (f" ± {statistics.stdev(rewards) / math.sqrt(len(rewards)):.3f} (standard error)"
+             if len(rewards) > 1 else "")
     console.print(f"mean reward {statistics.fmean(rewards):.3f}{error} over {len(records)} episodes · "
                   f"records in {out}", soft_wrap=True)
     if rehearsal_budget:

@@ -211,6 +211,11 @@ class EnvACEEnv(gym.Env):
         if self.episode is not None:
             self.episode.world = self.episode.replayed_world()
 
+    def __copy__(self) -> EnvACEEnv:  # a plain shallow copy (fork's start), no pickle round trip
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.episode is None:
             return None

@@ -1,14 +1,17 @@
 """PPO (stable-baselines3) trained under rehearsed dynamics, scored under real ones.
 
-The policy chooses among candidate actions (``envace_gym.integrations.sb3.CandidateEnv``)
-on ``EnvACE/tau2-mock-gen-v0``. During training no tool runs: every tool response is
-written by a world model, either the oracle (a perfect one: the real world's answers)
-or ``knn`` (the most similar real response seen in a few gold episodes of other
-training tasks). The trained policy is then scored on held-out test tasks twice: in the
-rehearsed world it trained in (reward: gold actions matched) and in the real one (tau2's
-evaluator: database and what was told to the user). A random policy is the baseline.
+The policy chooses among candidate actions (``envace_gym.integrations.sb3.CandidateEnv``,
+scored by ``CandidatePolicy``) on ``EnvACE/tau2-mock-gen-v0``. During training the
+policy's calls never run on its episode's world: every tool response is written by a
+world model, either the oracle (a perfect one: what the real world would answer) or
+``knn`` (the most similar real response it remembers from gold episodes of other
+training tasks). The reward is the same in both worlds, tau2's evaluator (database and
+what was told to the user): under rehearsal it scores the episode's calls replayed on a
+fresh world after the episode (``replay``), under real dynamics the episode's own world
+(``world``). The trained policy is scored on held-out test tasks in the rehearsed world
+it trained in and in the real one; a random policy is the baseline.
 
-    python examples/sb3_ppo.py --steps 6000 --episodes 60 --out runs/sb3
+    python examples/sb3_ppo.py --steps 16000 --episodes 100 --out runs/sb3
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from stable_baselines3 import PPO
 
 import envace_gym  # noqa: F401  (registers the EnvACE/* ids)
 from envace_gym.agents import KNNAgent, load
-from envace_gym.integrations.sb3 import CandidateEnv
+from envace_gym.integrations.sb3 import CandidateEnv, CandidatePolicy
 
 ENV_ID = "EnvACE/tau2-mock-gen-v0"
 
@@ -72,8 +75,8 @@ def score(env: CandidateEnv, policy, task_ids: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6000, help="PPO environment steps per world model")
-    parser.add_argument("--episodes", type=int, default=60, help="test tasks scored per setting")
+    parser.add_argument("--steps", type=int, default=16000, help="PPO environment steps per world model")
+    parser.add_argument("--episodes", type=int, default=100, help="test tasks scored per setting")
     parser.add_argument("--world-models", default="oracle,knn")
     parser.add_argument("--knn-tasks", type=int, default=50, help="gold training episodes knn remembers")
     parser.add_argument("--seed", type=int, default=0)
@@ -89,9 +92,9 @@ def main() -> None:
         world_model = knn_from_gold(args.knn_tasks) if name == "knn" else name
         train = make("train", "rehearsed", world_model)
         start = time.time()
-        model = PPO("MlpPolicy", train, n_steps=512, batch_size=128, n_epochs=6, learning_rate=1e-3,
-                    ent_coef=0.01, gamma=0.98, seed=args.seed, policy_kwargs={"net_arch": [128, 128]},
-                    verbose=0)
+        model = PPO(CandidatePolicy, train, n_steps=512, batch_size=128, n_epochs=6, learning_rate=1e-3,
+                    ent_coef=0.01, gamma=0.98, seed=args.seed,
+                    policy_kwargs={"n_candidates": train.max_candidates}, verbose=0)
         model.learn(args.steps)
         seconds = time.time() - start
 
@@ -107,7 +110,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    print(f"{'policy':<22}{'rehearsed (actions)':>22}{'real (world)':>16}")
+    print(f"{'policy':<22}{'rehearsed (replay)':>22}{'real (world)':>16}")
     for name in args.world_models.split(","):
         r = results[name]
         print(f"{'PPO, ' + name + ' world':<22}{r['rehearsed']['mean']:>15.3f} ± {r['rehearsed']['sem']:.3f}"

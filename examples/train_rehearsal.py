@@ -31,16 +31,10 @@ from envace_gym.compare import compare_calls
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer, episode_tokens, gold_episodes, held_out_loss
 from envace_gym.training.checkpoint import latest
+from envace_gym.training.evaluation import gold_share
 
 ENV_ID = "EnvACE/tau2-retail-v0"
 EVAL_ENV = {"max_turns": 6, "user_kwargs": {"max_turns": 2}}  # the scripted user ends after 2 replies
-
-
-def gold_share(episode) -> tuple[float, dict]:
-    """Share of the task's gold actions matched by the episode's calls (the GRPO reward)."""
-    _, parts = episode.suite.score_actions(episode.task, episode)
-    checks = parts["action_checks"]
-    return (sum(c["met"] for c in checks) / len(checks) if checks else 1.0), parts
 
 
 def evaluate(agent, task_ids, sequences) -> dict:

@@ -129,6 +129,19 @@ def test_budget_zero_is_todays_run_record_for_record(tmp_path):
     assert {**plain, "seconds": 0} == {**wrapped, "seconds": 0}
 
 
+def test_the_cli_runs_private_rehearsal_and_records_its_cost(tmp_path):
+    out = tmp_path / "run.jsonl"
+    result = CliRunner().invoke(app, ["run", "EnvACE/tau2-airline-v0", "--agent", "noisy-oracle", "--task-ids", "0",
+                                      "--rehearsal-budget", "2", "--rehearsal-mode", "sequential",
+                                      "--rehearsal-select", "vote", "--world-model", "oracle", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "private attempts" in result.output
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["agent"] == "noisy-oracle+rehearsal(N=2,sequential,vote,oracle)"
+    assert record["rehearsal_attempts"] == 2 * len(record["private_context"]) > 0
+    assert record["real_calls"] == len(record["real_call_ids"]) and record["rehearsal_tokens"] > 0
+
+
 def test_best_with_an_oracle_world_model_beats_no_rehearsal():
     env = gym.make("EnvACE/tau2-retail-v0", split="test", reward="actions")
     ids = env.unwrapped.task_ids[:4]

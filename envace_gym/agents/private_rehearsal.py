@@ -175,7 +175,9 @@ class PrivateRehearsal(Agent):
     Each attempt is a fork of the live episode (``env.unwrapped.fork(dynamics="rehearsed")``,
     no state shared with its world), whose tool calls are answered by ``world_model``
     (default: ``agent`` itself) and which ``agent`` plays ahead for ``horizon`` act turns
-    (None: until its next message to the user, which is not sent, or the branch's end).
+    (None: until its next message to the user, which is not sent, or the branch's end; an
+    attempt whose first turn calls no tool is that one turn, and ``memory`` then commits the
+    first attempt's turn: nothing was rehearsed).
     ``mode``: ``parallel`` (independent attempts, their generations batched with
     ``act_batch`` per turn) or ``sequential`` (attempt k sees a digest of attempts 1..k-1
     in its private context). ``select``: ``memory`` (the committed turn is generated with a
@@ -234,6 +236,11 @@ class PrivateRehearsal(Agent):
     def bind(self, env: gym.Env) -> PrivateRehearsal:
         return PrivateRehearsal(self.agent.bind(env), env, self.budget, self.mode, self.select,
                                 self.world_model, self.horizon, self.scorer)
+
+    def act_batch(self, observations: list[dict]) -> list:
+        if self.budget == 0:
+            return self.agent.act_batch(observations)
+        return [self.act(obs) for obs in observations]
 
     def act(self, obs: dict):
         if obs["role"] != "act" or self.budget == 0:

@@ -39,7 +39,6 @@ import gymnasium as gym
 from envace_gym.agents.hf import HFAgent
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 from envace_gym.messages import assistant_message
-from envace_gym.rewards import DEFAULT_REWARD, compute_reward
 from envace_gym.training.grpo import ROLE_IDS
 from envace_gym.training.rollout import collect
 
@@ -118,14 +117,9 @@ class EnvironmentTools:
         """The env's terminal reward. TRL's tool loop is over when this is called: an episode
         still running ends here (``ended_by="agent_done"``) and is scored as it stands."""
         if self._reward is None:
-            env = self.env.unwrapped
-            episode = env.episode
-            episode.ended_by = "agent_done"
-            try:
-                self._reward = compute_reward(env.reward or DEFAULT_REWARD[episode.dynamics], episode)[0]
-            except Exception as e:  # as in step: a failing evaluator or judge scores 0
-                warnings.warn(f"task {episode.task.id}: the reward failed ({type(e).__name__}: {e}); scored 0")
-                self._reward = 0.0
+            self._reward, info = self.env.unwrapped.finish("agent_done")
+            if "error" in info:  # as in step: a failing evaluator or judge scores 0
+                warnings.warn(f"task {info['task_id']}: scored 0: {info['error']}")
         return self._reward
 
     def _reply(self, text: str) -> None:
@@ -270,7 +264,9 @@ class EpisodeRollout:
     ``roles``: act and rehearse generations; 0 on what the env, the user and the chat template
     add) and ``episode_reward``, which :func:`episode_reward` hands to TRL. Each generation gets
     at most ``max_new_tokens`` (default: the trainer's ``max_completion_length``); the env's
-    ``max_turns`` bounds the episode. Rehearsal must be ``inline`` (one row per episode).
+    ``max_turns`` bounds the episode (TRL does not cut what a ``rollout_func`` returns to its
+    ``max_completion_length``). Rehearsal must be ``inline`` (one row per episode); env seeds
+    are ``seed`` on, one per episode.
     """
 
     def __init__(self, env_id: str, max_new_tokens: int | None = None, roles: tuple[str, ...] = ("act", "rehearse"),
@@ -278,6 +274,7 @@ class EpisodeRollout:
         self.env_id, self.make_kwargs = env_id, make_kwargs
         self.max_new_tokens, self.seed = max_new_tokens, seed
         self.trained = {ROLE_IDS[role] for role in roles}
+        self._calls = 0
         self._envs = [gym.make(env_id, **make_kwargs)]
         if self._envs[0].unwrapped.rehearsal_format != "inline":
             raise ValueError("EpisodeRollout needs rehearsal_format='inline': TRL trains one row per episode")
@@ -288,9 +285,9 @@ class EpisodeRollout:
         task_ids = [_task_id(prompt) for prompt in prompts]
         while len(self._envs) < len(prompts):
             self._envs.append(gym.make(self.env_id, **self.make_kwargs))
-        accelerator = trainer.accelerator
-        seed = self.seed + len(prompts) * (trainer.state.global_step * accelerator.num_processes
-                                           + accelerator.process_index)
+        accelerator = trainer.accelerator  # a distinct seed for every episode of every call and process
+        seed = self.seed + len(prompts) * (self._calls * accelerator.num_processes + accelerator.process_index)
+        self._calls += 1
         with unwrap_model_for_generation(trainer.model_wrapped, accelerator,
                                          gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
                                          gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
