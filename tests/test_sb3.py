@@ -69,10 +69,12 @@ def test_gold_choices_solve_tasks_and_rehearsals_stay_inside_the_step():
 def test_index_wraps_and_masks():
     env = make()
     env.reset(seed=0)
-    n = len(env.candidates)
+    candidates = list(env.candidates)
+    n = len(candidates)
     assert env.action_masks().sum() == n and not env.action_masks()[n:].any()
-    _, _, _, _, info = env.step(n + 1)  # wraps to candidate 1, the final reply
-    assert info["action_text"] == info["action_text"] and "###STOP###" in info["action_text"]
+    _, reward, terminated, _, info = env.step(n + 1)  # wraps to candidate 1, the final reply
+    assert info["action_text"] == candidates[1] and "###STOP###" in info["action_text"]
+    assert terminated and info["ended_by"] == "user_stop" and info["reward_source"] == "world"
 
 
 def test_rehearsed_dynamics_need_a_world_model():

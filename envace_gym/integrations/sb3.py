@@ -11,14 +11,15 @@ ones::
 
     import gymnasium as gym, envace_gym
     from stable_baselines3 import PPO
-    from envace_gym.integrations.sb3 import CandidateEnv
+    from envace_gym.integrations.sb3 import CandidateEnv, CandidatePolicy
 
     train = CandidateEnv(gym.make("EnvACE/tau2-mock-gen-v0", split="train", dynamics="rehearsed",
-                                  max_turns=8), world_model="oracle")
-    model = PPO("MlpPolicy", train).learn(2048)
+                                  reward="replay", max_turns=8), world_model="oracle")
+    model = PPO(CandidatePolicy, train).learn(16_000)
     test = CandidateEnv(gym.make("EnvACE/tau2-mock-gen-v0", split="test", max_turns=8))
 
-Nothing here imports stable-baselines3: the wrapper is a plain Gymnasium env.
+The wrapper is a plain Gymnasium env: only :class:`CandidatePolicy` needs torch and
+stable-baselines3, imported when it is first used.
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ def _candidates(conv: Conversation, tools: list[dict], per_tool: int, limit: int
 
     def rank(call: tuple[str, dict]) -> tuple:
         return conv.made(*call), -sum(conv.relevance(call[1]))
+
     for tool in tools:
         fn = tool["function"]
         params = fn.get("parameters") or {}

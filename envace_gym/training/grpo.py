@@ -83,7 +83,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     one chunk's logits, whatever the sequence length.
     """
     out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                logits_to_keep=1)
+                logits_to_keep=1, use_cache=False)
     hidden = out.hidden_states[-1][:, :-1]  # the last layer's output, after the final norm
     head = getattr(model, "module", model).get_output_embeddings()
     targets = input_ids[:, 1:]
