@@ -12,6 +12,7 @@ from envace_gym import agents
 from envace_gym.agents import NoisyOracle, OracleAgent, PrivateRehearsal
 from envace_gym.agents.base import Agent
 from envace_gym.cli import app
+from envace_gym.compare import compare_calls
 from envace_gym.env import DYNAMICS
 from envace_gym.messages import ToolCall, parse_act
 from envace_gym.runner import run_episode
@@ -140,6 +141,14 @@ def test_the_cli_runs_private_rehearsal_and_records_its_cost(tmp_path):
     assert record["agent"] == "noisy-oracle+rehearsal(N=2,sequential,vote,oracle)"
     assert record["rehearsal_attempts"] == 2 * len(record["private_context"]) > 0
     assert record["real_calls"] == len(record["real_call_ids"]) and record["rehearsal_tokens"] > 0
+
+
+def test_private_rehearsal_acts_in_compare():
+    env = _env("EnvACE/tau2-retail-v0", "0")
+    actor = PrivateRehearsal(NoisyOracle(env, p=0.3), env, 2, world_model=OracleAgent(env))
+    records = list(compare_calls(env, actor, agents.load("knn"), ["0"]))
+    assert records and actor.info["rehearsal_attempts"] > 0
+    assert actor.info["real_calls"] == len(records)  # shadow: every committed call ran for real, once
 
 
 def test_best_with_an_oracle_world_model_beats_no_rehearsal():
