@@ -50,7 +50,7 @@ def test_inline_rehearsal_prompt_extends_the_act_prompt(tiny):
 
 def test_batched_greedy_generation_matches_one_by_one(tiny):
     agent = agents.load(f"hf:{tiny}", max_new_tokens=8, batch_size=4)
-    env = gym.make("EnvACE/tau2-retail-v0")
+    env = gym.make("EnvACE/tau2-retail-v0", split=None)
     observations = [env.reset(options={"task_id": t})[0] for t in ("5", "9", "10")]
     batched = agent.generate(observations)
     single = [agent.generate([o])[0] for o in observations]
