@@ -92,7 +92,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(SUITES), figsize=(5 * len(SUITES), 4), sharey=True)
+    fig, axes = plt.subplots(1, len(SUITES), figsize=(5 * len(SUITES), 5), sharey=True)
     for ax, suite in zip(axes, SUITES):
         base = next(r["reward"] for r in rows if r["suite"] == suite and r["budget"] == 0)
         combos = sorted({(r["world_model"], r["mode"], r["select"]) for r in rows if r["suite"] == suite and r["budget"]})
@@ -106,8 +106,8 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(suite)
         ax.set_xlabel("attempts N")
     axes[0].set_ylabel("mean reward")
-    axes[-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncols=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

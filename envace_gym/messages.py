@@ -195,3 +195,13 @@ def assistant_message(text: str, calls: list[ToolCall]) -> dict:
 
 def tool_message(call: ToolCall, content: str) -> dict:
     return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+
+
+def transcript(messages: list[dict]) -> str:
+    """Messages as plain text, one line each: ``[role] content name(arguments) ...``."""
+    lines = []
+    for m in messages:
+        calls = " ".join(f"{c['function']['name']}({json.dumps(c['function']['arguments'])})"
+                         for c in m.get("tool_calls", []))
+        lines.append(f"[{m['role']}] {m.get('content') or ''} {calls}".rstrip())
+    return "\n".join(lines)

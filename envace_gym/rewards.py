@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Union
 
 from envace_gym.endpoint import ChatEndpoint, parse_spec
 from envace_gym.errors import ErrorCode
-from envace_gym.messages import parse_rehearsal
+from envace_gym.messages import parse_rehearsal, transcript
 from envace_gym.suite import Episode
 
 RewardFn = Callable[[Episode], Union[float, tuple[float, dict]]]
@@ -79,14 +78,8 @@ class JudgeReward:
         return cls(model, base_url, **options)
 
     def __call__(self, episode: Episode) -> tuple[float, dict]:
-        lines = []
-        for m in episode.messages[1:]:
-            calls = [f"{c['function']['name']}({json.dumps(c['function']['arguments'])})"
-                     for c in m.get("tool_calls", [])]
-            lines.append(f"[{m['role']}] {m.get('content') or ''} {' '.join(calls)}".rstrip())
-        transcript = "\n".join(lines)[-self.max_chars:]
         prompt = (f"What the task required:\n{episode.suite.criteria(episode.task)}\n\n"
-                  f"The episode:\n{transcript}")
+                  f"The episode:\n{transcript(episode.messages[1:])[-self.max_chars:]}")
         reply = self.endpoint.chat([{"role": "system", "content": JUDGE_INSTRUCTION},
                                     {"role": "user", "content": prompt}],
                                    temperature=0.0, max_tokens=self.max_tokens)

@@ -124,7 +124,8 @@ def test_run_survives_a_dead_agent_server_and_writes_every_record(tmp_path):
     result = CliRunner().invoke(app, ["run", "EnvACE/tau2-retail-v0", "--agent",
                                       "openai:m@http://127.0.0.1:9/v1?timeout=2&max_retries=0",
                                       "--task-ids", "5,6", "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the run goes on, says which tasks failed, and exits 1
+    assert "task 5 (seed 0) failed" in result.output and "task 6 (seed 1) failed" in result.output
     frame = pd.read_json(out, lines=True)
     assert list(frame.task_id.astype(str)) == ["5", "6"]
     assert (frame.ended_by == "agent_error").all() and (frame.reward == 0.0).all()

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
+from envace_gym.agents import Agent
 from envace_gym.agents.prompting import Generation
 from envace_gym.cli import app
 from envace_gym.runner import run_episode
@@ -21,7 +22,7 @@ ENV = "EnvACE/tau2-mock-v0"  # 9 short tasks in its one split, "base"
 ACT, REHEARSE, CONTEXT = ROLE_IDS["act"], ROLE_IDS["rehearse"], ROLE_IDS["context"]
 
 
-class Recording:
+class Recording(Agent):
     """An agent that keeps the texts it writes."""
 
     def __init__(self, agent):
@@ -185,5 +186,5 @@ def test_the_cli_warm_starts_a_model_that_train_starts_from(tiny, tmp_path):
     saved = load_file(out / "step-2" / "model.safetensors")
     assert saved and all(torch.equal(grpo.model.state_dict()[k], v) for k, v in saved.items())
     result = runner.invoke(app, ["sft", "--model", f"hf:{tiny}", "--env", ENV, "--split", "base",
-                                 "--roles", "act,world", "--out", str(tmp_path / "bad")])
+                                 "--eval-split", "base", "--roles", "act,world", "--out", str(tmp_path / "bad")])
     assert result.exit_code == 2 and "roles" in result.output

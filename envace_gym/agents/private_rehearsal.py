@@ -13,7 +13,7 @@ import gymnasium as gym
 
 from envace_gym.agents.base import Agent
 from envace_gym.agents.prompting import TokenAgent
-from envace_gym.messages import assistant_message, parse_act
+from envace_gym.messages import assistant_message, parse_act, transcript
 
 MODES = ("parallel", "sequential")
 SELECTS = ("memory", "best", "vote")
@@ -110,15 +110,6 @@ def private_observation(obs: dict, attempts: list[Attempt]) -> dict:
     digest) and, as data, ``obs["private_rehearsal"]``. The episode never sees either."""
     return {**obs, "messages": [*obs["messages"], {"role": "system", "content": digest(attempts)}],
             PRIVATE_KEY: [a.view() for a in attempts]}
-
-
-def transcript(messages: list[dict]) -> str:
-    lines = []
-    for m in messages:
-        calls = " ".join(f"{c['function']['name']}({json.dumps(c['function']['arguments'])})"
-                         for c in m.get("tool_calls", []))
-        lines.append(f"[{m['role']}] {m.get('content') or ''} {calls}".rstrip())
-    return "\n".join(lines)
 
 
 class _Branch:
