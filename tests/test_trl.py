@@ -9,7 +9,6 @@ import pytest
 pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[trl]'")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import get_json_schema  # noqa: E402
