@@ -8,7 +8,7 @@ split), then role-wise GRPO from it under three conditions:
     act-only    rehearsed dynamics, act role only (the rehearse role frozen)
 
 All three are rewarded with the share of the task's gold actions their calls match
-(``gold_share``: partial credit; tau2's own reward is 0/1). Each model is evaluated
+(the ``actions_share`` reward: partial credit; tau2's own reward is 0/1). Each model is evaluated
 greedily on the first ``--eval-tasks`` tasks of the real test split: tau2's reward in the
 real env, gold share, valid-call rate (act turns whose calls all pass validation),
 rehearsal fidelity on the same tasks' calls (the oracle acts, the model rehearses:
@@ -33,7 +33,7 @@ from envace_gym.agents.hf import HFAgent, smollm2_path
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.checkpoint import latest
-from envace_gym.training.evaluation import gold_share, held_out
+from envace_gym.training.evaluation import held_out
 
 ENV_ID = "EnvACE/tau2-mock-gen-v0"
 CONDITIONS = {"real": ("real", ["act"]), "envace": ("rehearsed", ["act", "rehearse"]),
@@ -64,7 +64,7 @@ def run_seed(seed: int, args) -> dict:
     for name, (dynamics, roles) in CONDITIONS.items():
         trainer = Trainer(TrainConfig(
             model=f"hf:{latest(out / 'warm')}", env_id=ENV_ID, out=str(out / name), dynamics=dynamics, roles=roles,
-            reward=gold_share, group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
+            reward="actions_share", group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
             lr=lr, max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
             lora_rank=args.lora_rank, tensorboard=False, seed=seed))
         curve, real_calls = [{"step": 0, "real_calls": 0, **row["warm"]}], 0

@@ -31,7 +31,7 @@ from envace_gym.compare import compare_calls
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer, episode_tokens, gold_episodes, held_out_loss
 from envace_gym.training.checkpoint import latest
-from envace_gym.training.evaluation import gold_share
+from envace_gym.rewards import actions_share_reward
 
 ENV_ID = "EnvACE/tau2-retail-v0"
 EVAL_ENV = {"max_turns": 6, "user_kwargs": {"max_turns": 2}}  # the scripted user ends after 2 replies
@@ -50,7 +50,7 @@ def evaluate(agent, task_ids, sequences) -> dict:
             valid += bool(calls) and all(c["source"] != "rejected" for c in calls)
             done = terminated or truncated
         rewards.append(reward)
-        shares.append(gold_share(real.unwrapped.episode)[0])
+        shares.append(actions_share_reward(real.unwrapped.episode)[0])
     oracle = agents.load("oracle", env=real)
     calls = list(compare_calls(real, oracle, agent, task_ids))
     return {"act_reward": statistics.fmean(rewards), "gold_share": statistics.fmean(shares),
@@ -76,7 +76,7 @@ def run_seed(seed: int, args) -> dict:
     warm = latest(out / "warm")
     row["warm"] = evaluate(agents.load(f"hf:{warm}", max_new_tokens=args.new_tokens, seed=seed), held_out,
                            held_out_gold)
-    config = TrainConfig(model=f"hf:{warm}", env_id=ENV_ID, out=str(out / "grpo"), reward=gold_share,
+    config = TrainConfig(model=f"hf:{warm}", env_id=ENV_ID, out=str(out / "grpo"), reward="actions_share",
                          group_size=4, tasks_per_step=1, steps=args.grpo_steps, lr=2e-4,
                          max_new_tokens=args.new_tokens, max_turns=EVAL_ENV["max_turns"],
                          env_kwargs={"user_kwargs": EVAL_ENV["user_kwargs"]}, eval_every=0,

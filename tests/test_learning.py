@@ -12,7 +12,7 @@ from envace_gym.agents.hf import HFAgent
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.checkpoint import latest
-from envace_gym.training.evaluation import gold_share, play
+from envace_gym.training.evaluation import play
 
 ENV = "EnvACE/tau2-mock-gen-v0"
 NEW_TOKENS, MAX_TURNS = 32, 5
@@ -44,7 +44,7 @@ def test_sft_then_grpo_learn(model, tmp_path):
     # GRPO on two fixed training tasks, rewarded with the share of gold actions matched
     train_tasks = ["train_0", "train_1"]
     grpo = Trainer(TrainConfig(model=f"hf:{latest(tmp_path / 'sft')}", env_id=ENV, out=str(tmp_path / "grpo"),
-                               reward=gold_share, group_size=8, tasks_per_step=2, steps=6, lr=3e-4,
+                               reward="actions_share", group_size=8, tasks_per_step=2, steps=6, lr=3e-4,
                                max_new_tokens=NEW_TOKENS, max_turns=MAX_TURNS, eval_every=0, save_every=0,
                                tensorboard=False, env_kwargs={"task_ids": train_tasks}, seed=0))
     rewards = [record["reward"] for record in grpo.train()]

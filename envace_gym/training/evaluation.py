@@ -8,18 +8,12 @@ import gymnasium as gym
 
 from envace_gym import agents
 from envace_gym.compare import compare_calls
-from envace_gym.suite import Episode
-
-
-def gold_share(episode: Episode) -> tuple[float, dict]:
-    """Share of the task's gold actions matched by the episode's calls: a partial-credit reward."""
-    _, parts = episode.suite.score_actions(episode.task, episode)
-    checks = parts["action_checks"]
-    return (sum(c["met"] for c in checks) / len(checks) if checks else 1.0), parts
+from envace_gym.rewards import actions_share_reward
 
 
 def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
-    """Episodes of ``agent`` in ``env``: mean reward, mean :func:`gold_share`, and the valid-call
+    """Episodes of ``agent`` in ``env``: mean reward, mean share of gold actions matched
+    (``gold_share``, :func:`~envace_gym.rewards.actions_share_reward`), and the valid-call
     rate: the share of act turns that make at least one tool call and whose calls all pass
     validation (``error`` None in ``info["tool_calls"]``)."""
     rewards, shares, turns, valid = [], [], 0, 0
@@ -35,7 +29,7 @@ def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
                 valid += bool(calls) and all(c["error"] is None for c in calls)
             done = terminated or truncated
         rewards.append(reward)
-        shares.append(gold_share(env.unwrapped.episode)[0])
+        shares.append(actions_share_reward(env.unwrapped.episode)[0])
     return {"reward": statistics.fmean(rewards), "gold_share": statistics.fmean(shares),
             "valid_calls": valid / turns if turns else 0.0}
 
