@@ -113,8 +113,6 @@ class EnvACEEnv(gym.Env):
             raise TypeError(f"reset options must be a dict, got {type(options).__name__}")
         dynamics = options.get("dynamics", self.dynamics)
         self._check_dynamics(dynamics, self.simulator)
-        self._reward = self.reward if self.reward is not None else DEFAULT_REWARD[dynamics]
-        check_reward(self._reward, dynamics)
         task_id = options.get("task_id")
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
@@ -122,6 +120,8 @@ class EnvACEEnv(gym.Env):
             raise ValueError(f"task {task_id!r} is not one of this env's tasks ({self.suite.name}); "
                              "select it with gym.make(..., task_ids=[...]) or another split=")
         task = self.suite.task(str(task_id))
+        self._reward = self.reward if self.reward is not None else self._default_reward(dynamics, task)
+        check_reward(self._reward, dynamics)
         self.tools = self.suite.tools(task)
         self.action_space.tools, self.action_space.role = self.tools, "act"
         world = self.suite.new_world(task)
@@ -248,7 +248,8 @@ class EnvACEEnv(gym.Env):
         clone.action_space = copy.deepcopy(self.action_space, dict(shared))
         clone._np_random = copy.deepcopy(self.np_random)
         if reward is not None or dynamics is not None:
-            clone._reward = resolve_reward(reward) or self.reward or DEFAULT_REWARD[clone.episode.dynamics]
+            clone._reward = (resolve_reward(reward) or self.reward
+                             or self._default_reward(clone.episode.dynamics, ep.task))
             check_reward(clone._reward, clone.episode.dynamics)
         if dynamics is not None:
             clone._replay_table = self._recording_table(ep.task) if dynamics == "replay" else None
@@ -432,8 +433,15 @@ class EnvACEEnv(gym.Env):
                              f"no recorded response for {call.name} with these arguments").content()
         return answers.pop(0) if len(answers) > 1 else answers[0]
 
+    def _default_reward(self, dynamics: str, task) -> str | RewardFn:
+        """The dynamics' default reward, or for a task without gold the suite's judge (if it has one)."""
+        if not self.suite.has_gold(task) and self.suite.judge_reward() is not None:
+            return self.suite.judge_reward()
+        return DEFAULT_REWARD[dynamics]
+
     def _recording_table(self, task) -> dict:
         if self.recordings is None:
+            self.suite.require_gold(task)
             table = self.suite.recordings(task)
         else:
             table = {}

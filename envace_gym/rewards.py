@@ -23,6 +23,7 @@ def world_reward(episode: Episode) -> tuple[float, dict]:
 
 def actions_reward(episode: Episode) -> tuple[float, dict]:
     """Match of the episode's calls against the task's gold actions."""
+    episode.suite.require_gold(episode.task)
     return episode.suite.score_actions(episode.task, episode)
 
 
@@ -30,6 +31,7 @@ def actions_share_reward(episode: Episode) -> tuple[float, dict]:
     """Partial credit: the share of the task's gold actions the episode's calls matched (1 when
     it has none), from :meth:`~envace_gym.suite.Suite.score_actions`' ``action_checks``; a suite
     whose match has no per-action checks (BFCL's single-turn verdict) gives its 0 or 1."""
+    episode.suite.require_gold(episode.task)
     value, parts = episode.suite.score_actions(episode.task, episode)
     checks = parts.get("action_checks")
     if checks is None:
@@ -95,11 +97,15 @@ class JudgeReward:
                                         "model": self.endpoint.model}}
 
 
+# judges named by a ``PREFIX:MODEL@BASE_URL`` spec, by prefix; a suite's package may add its own
+SPEC_REWARDS: dict[str, Callable[[str], RewardFn]] = {"judge": JudgeReward.from_spec}
+
+
 def resolve_reward(reward: str | RewardFn | None) -> str | RewardFn | None:
-    """A reward as the env keeps it: ``judge:MODEL@URL`` becomes a :class:`JudgeReward`."""
-    if isinstance(reward, str) and reward.startswith("judge:"):
-        return JudgeReward.from_spec(reward)
-    return reward
+    """A reward as the env keeps it: ``judge:MODEL@URL`` becomes a :class:`JudgeReward` (and
+    another prefix of :data:`SPEC_REWARDS` its judge)."""
+    prefix, colon, _ = reward.partition(":") if isinstance(reward, str) else ("", "", "")
+    return SPEC_REWARDS[prefix](reward) if colon and prefix in SPEC_REWARDS else reward
 
 
 def check_reward(reward: str | RewardFn, dynamics: str) -> None:

@@ -277,8 +277,25 @@ class Suite(ABC):
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
 
+    def has_gold(self, task: Task) -> bool:
+        """Whether the task has gold calls (default: yes). The oracle, the ``actions`` rewards and
+        replay of gold need them; a task without them is scored by :meth:`judge_reward`."""
+        return True
+
+    def require_gold(self, task: Task) -> None:
+        """Refuse, with one ValueError, what needs gold calls on a task that has none."""
+        if not self.has_gold(task):
+            raise ValueError(f"{self.name} task {task.id!r} has no gold calls, so the oracle, the 'actions' "
+                             "rewards and replay of gold cannot run on it; use a judge reward")
+
+    def judge_reward(self) -> Any:
+        """The suite's own judge (a reward callable), the default reward of its tasks without gold
+        under every dynamics (default: none)."""
+        return None
+
     def gold_calls(self, task: Task) -> list[dict]:
         """The task's gold calls in order: ``{"name", "arguments", "requestor"}``."""
+        self.require_gold(task)
         return [{"name": c["name"], "arguments": c.get("arguments", {}),
                  "requestor": c.get("requestor", "assistant")} for c in task.gold]
 

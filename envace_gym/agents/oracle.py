@@ -47,6 +47,7 @@ class OracleAgent(Agent):
             return env.real_response(call["name"], call["arguments"]).content
         if env.episode is not self._episode:
             self._episode, task = env.episode, env.episode.task
+            env.suite.require_gold(task)
             self._plan = env.suite.oracle_plan(task)
             # system prompt, the suite's opening messages, the user's first message
             self._opening = len(env.suite.opening_messages(task)) + 2
