@@ -29,6 +29,8 @@ BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_p
                    "live_parallel_multiple", "live_irrelevance", "live_relevance")
 ENV_IDS.update({f"EnvACE/bfcl-{c.replace('_', '-')}-v0": ("envace_gym.envs.bfcl:make_env", {"category": c})
                 for c in BFCL_CATEGORIES})
+ENV_IDS.update({f"EnvACE/vitabench-{d}-v0": ("envace_gym.envs.vitabench:make_env", {"domain": d})
+                for d in ("delivery", "instore")})
 
 
 def register_all() -> None:

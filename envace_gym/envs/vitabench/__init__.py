@@ -1,0 +1,26 @@
+"""VitaBench's delivery and in-store domains: ``EnvACE/vitabench-{delivery,instore}-v0``, on the
+VitaBench checkout that ``VITABENCH_ROOT`` names."""
+
+from __future__ import annotations
+
+from envace_gym.env import EnvACEEnv
+from envace_gym.rewards import SPEC_REWARDS
+
+
+def make_env(domain: str, **kwargs) -> EnvACEEnv:
+    """The env of one VitaBench domain (its 100 English tasks; VitaBench has no splits)."""
+    from envace_gym.envs.vitabench.suite import get_suite
+
+    return EnvACEEnv(get_suite(domain), **kwargs)
+
+
+def vitabench_reward(spec: str):
+    """``vitabench:MODEL@BASE_URL``: VitaBench's rubric judge on that server."""
+    from envace_gym.envs.vitabench.reward import VitaBenchReward
+
+    return VitaBenchReward.from_spec(spec)
+
+
+SPEC_REWARDS["vitabench"] = vitabench_reward
+
+__all__ = ["make_env", "vitabench_reward"]

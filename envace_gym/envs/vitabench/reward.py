@@ -1,0 +1,124 @@
+"""VitaBench's rubric evaluation as a reward (source ``vitabench``), on any OpenAI-compatible judge.
+
+The evaluator is VitaBench's own ``TrajectoryEvaluator.calculate_reward``: its
+sliding-window prompt (windows of 10 messages overlapping by 2), rubric states carried
+from window to window, its lenient parse of the judge's per-rubric list (``json_repair``),
+and reward 1 only when every rubric is met. Only the model call is envace-gym's: in a
+thread where a :class:`VitaBenchReward` is judging, the evaluator's ``generate`` sends its
+messages to the judge's :class:`~envace_gym.endpoint.ChatEndpoint`, and its progress prints
+are kept quiet; everywhere else VitaBench's evaluator runs as it always does.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+
+from vita.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from vita.data_model.tasks import RewardType
+from vita.evaluator import evaluator_traj
+from vita.evaluator.evaluator_traj import TrajectoryEvaluator
+from vita.utils.llm_utils import format_messages
+from vita.utils.utils import evaluator_extracter
+
+from envace_gym.endpoint import ChatEndpoint, parse_spec
+from envace_gym.envs.vitabench.source import LANGUAGE
+from envace_gym.errors import ErrorCode
+from envace_gym.suite import Episode
+
+_local = threading.local()
+_vita_generate = evaluator_traj.generate
+
+
+class MalformedJudgement(ValueError):
+    """The judge's reply to one window is not a list of per-rubric verdicts."""
+
+    def __init__(self, window: int, reply: str):
+        super().__init__(f"the judge's reply to window {window} is not a list of rubric verdicts")
+        self.reply = reply
+
+
+def _generate(model, messages, **kwargs):
+    judge = getattr(_local, "judge", None)
+    return judge.ask(messages) if judge is not None else _vita_generate(model, messages, **kwargs)
+
+
+def _print(*args, **kwargs):
+    if getattr(_local, "judge", None) is None:
+        builtins.print(*args, **kwargs)
+
+
+evaluator_traj.generate, evaluator_traj.print = _generate, _print
+
+
+def vita_trajectory(episode: Episode) -> list:
+    """The episode (after its system prompt) as VitaBench's messages; a tool message carries
+    VitaBench's own result text where the world answered, else the episode's content."""
+    records = {c.position: c for c in episode.calls if c.requestor == "assistant"}
+    out = []
+    for i, m in enumerate(episode.messages[1:], start=1):
+        if m["role"] == "assistant":
+            calls = [ToolCall(id=c["id"], name=c["function"]["name"],
+                              arguments=c["function"]["arguments"] if isinstance(c["function"]["arguments"], dict)
+                              else {}) for c in m.get("tool_calls", [])]
+            out.append(AssistantMessage(role="assistant", content=m.get("content") or None, tool_calls=calls or None))
+        elif m["role"] == "user":
+            out.append(UserMessage(role="user", content=m["content"]))
+        elif m["role"] == "tool":
+            record = records.get(i)
+            native = record.native if record is not None and isinstance(record.native, str) else m["content"]
+            out.append(ToolMessage(id=m["tool_call_id"], role="tool", content=native, requestor="assistant"))
+    return out
+
+
+class VitaBenchReward:
+    """VitaBench's rubric judge on any OpenAI-compatible server (``reward="vitabench:MODEL@BASE_URL"``,
+    with the ``timeout``, ``max_retries`` and ``max_reply_bytes`` options of a ``judge:`` spec).
+
+    ``reward_info`` holds each rubric's verdict, the share met (``rubrics_met``), the number of
+    windows and the model. A reply that is not a list of verdicts gives 0 with a
+    ``malformed_judgement`` error; a server that cannot be reached raises
+    :class:`~envace_gym.endpoint.ModelServerError` (the env keeps the episode and reports it).
+    """
+
+    __name__ = "vitabench"
+
+    def __init__(self, model: str, base_url: str, api_key: str = "EMPTY", temperature: float = 0.0,
+                 max_tokens: int | None = None, **endpoint):
+        self.endpoint = ChatEndpoint(base_url, model, api_key, **endpoint)
+        self.sampling = {"temperature": temperature, **({"max_tokens": max_tokens} if max_tokens else {})}
+
+    @classmethod
+    def from_spec(cls, spec: str) -> VitaBenchReward:
+        model, base_url, options = parse_spec(spec, "vitabench:")
+        return cls(model, base_url, **options)
+
+    def ask(self, messages: list) -> AssistantMessage:
+        """One window's judgement (VitaBench's evaluator calls it as its ``generate``)."""
+        _local.windows += 1
+        text = self.endpoint.chat(format_messages(messages), **self.sampling).content or ""
+        try:
+            verdicts = evaluator_extracter(text)
+        except ValueError:
+            verdicts = None
+        if not verdicts or not isinstance(verdicts, list) or not all(isinstance(v, dict) for v in verdicts):
+            raise MalformedJudgement(_local.windows, text)
+        return AssistantMessage(role="assistant", content=text)
+
+    def __call__(self, episode: Episode) -> tuple[float, dict]:
+        _local.judge, _local.windows = self, 0
+        try:
+            result = TrajectoryEvaluator.calculate_reward(
+                task=episode.task.data, full_trajectory=vita_trajectory(episode), final_state={},
+                llm_evaluator=self.endpoint.model, llm_args_evaluator={}, language=LANGUAGE)
+        except MalformedJudgement as e:
+            return 0.0, {"error": {"code": str(ErrorCode.MALFORMED_JUDGEMENT), "message": str(e)},
+                         "reply": e.reply[:500]}
+        finally:
+            _local.judge = None
+        rubrics = [{"rubric": c.nl_rubric, "met": bool(c.met), "justification": c.justification}
+                   for c in result.nl_rubrics or []]
+        share = (result.reward_breakdown or {}).get(RewardType.NL_ASSERTION, result.reward)
+        return float(result.reward), {"rubrics": rubrics, "rubrics_met": share,
+                                      "windows": (result.info or {}).get("num_windows", 0),
+                                      "model": self.endpoint.model}

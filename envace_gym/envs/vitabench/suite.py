@@ -1,0 +1,155 @@
+"""VitaBench's delivery and in-store domains as envace-gym suites, on VitaBench's own code.
+
+The tools, their schemas, the agent policy, the greeting and the tasks are VitaBench's.
+What differs from its runner is how state is held: each task's initial world is built
+once, with registries of its own (:mod:`~envace_gym.envs.vitabench.isolation`), and every
+episode's world is a deep copy of it, so a reset and a fork are copies. The tasks have
+no gold calls; their reward is VitaBench's rubric judge
+(:class:`~envace_gym.envs.vitabench.reward.VitaBenchReward`).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+from datetime import datetime, timezone
+from functools import cache
+from typing import Any
+
+from envace_gym.envs.vitabench.source import DOMAINS, LANGUAGE, load
+from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.suite import Episode, Response, Suite, Task, User, World
+from envace_gym.tools import ToolSet
+
+load()
+
+from vita.environment.environment import Environment  # noqa: E402
+from vita.orchestrator.orchestrator import get_default_first_agent_message  # noqa: E402
+from vita.utils.utils import get_weekday  # noqa: E402
+
+from envace_gym.envs.vitabench.isolation import Registries  # noqa: E402
+
+JUDGE_VARIABLE = "VITABENCH_JUDGE"  # MODEL@BASE_URL of the default judge
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def _response(native: str) -> Response:
+    """VitaBench's result text as a JSON object or array: JSON text as it is (a scalar as
+    ``{"result": value}``), other text as ``{"result": text}``."""
+    try:
+        value = json.loads(native)
+    except ValueError:
+        value = native
+    return Response(text=json.dumps(value if isinstance(value, (dict, list)) else {"result": value}), native=native)
+
+
+class VitaWorld(World):
+    """VitaBench's ``Environment`` for one task, its tools run with the world's own registries active."""
+
+    def __init__(self, env: Environment, registries: Registries):
+        self.env, self.registries = env, registries
+
+    def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
+        with self.registries.active():
+            try:  # VitaBench's get_response: a raised exception is the text "Error: ..."
+                result = self.env.make_tool_call(name, requestor=requestor, **arguments)
+            except Exception as e:
+                return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, str(e)), native=f"Error: {e}")
+            return _response(Environment.to_json_str(result))
+
+    def fork(self) -> VitaWorld:
+        db, registries = copy.deepcopy((self.env.tools.db, self.registries))  # one copy: shared objects stay shared
+        env = copy.copy(self.env)
+        env.tools = copy.copy(self.env.tools)
+        env.tools.db = db
+        return VitaWorld(env, registries)
+
+
+def missing_judge(episode: Episode) -> tuple[float, dict]:
+    raise ValueError(f"the vitabench reward needs a judge: set {JUDGE_VARIABLE}=MODEL@BASE_URL or pass "
+                     "reward='vitabench:MODEL@BASE_URL'")
+
+
+missing_judge.__name__ = "vitabench"
+
+
+class VitaSuite(Suite):
+    """One VitaBench domain (``delivery`` or ``instore``). Build it with :func:`get_suite`."""
+
+    def __init__(self, domain: str):
+        if domain not in DOMAINS:
+            raise ValueError(f"unknown VitaBench domain {domain!r}; choose from {DOMAINS}")
+        self.domain, self.name = domain, f"vitabench-{domain}"
+        self._module = importlib.import_module(f"vita.domains.{domain}.environment")
+        self.tasks = [Task(t.id, t) for t in self._module.get_tasks(LANGUAGE)]
+        self._initial: dict[str, VitaWorld] = {}
+        template = self.new_world(self.tasks[0]).env
+        self._toolset = ToolSet([t.openai_schema for t in template.get_tools()], closed=True)
+        self._policy = template.get_policy()
+        self._greeting = get_default_first_agent_message(LANGUAGE).content
+
+    def __reduce__(self):  # pickled by reference: the process-wide suite
+        return get_suite, (self.domain,)
+
+    def tools(self, task: Task) -> ToolSet:
+        return self._toolset
+
+    def system_prompt(self, task: Task) -> str:
+        """VitaBench's agent policy at the task's time (as its LLM agent formats it)."""
+        time = task.data.environment["time"]
+        return self._policy.format(time=f"{time} {get_weekday(time, LANGUAGE)}")
+
+    def opening_messages(self, task: Task) -> list[dict]:
+        return [{"role": "assistant", "content": self._greeting}]
+
+    def new_world(self, task: Task) -> VitaWorld:
+        if task.id not in self._initial:
+            time = datetime.strptime(task.data.environment["time"], TIME_FORMAT).replace(tzinfo=timezone.utc)
+            registries = Registries(time.timestamp())
+            with registries.active():  # the database's stores, products and locations register here
+                env = self._module.get_environment(copy.deepcopy(task.data.environment), LANGUAGE)
+            self._initial[task.id] = VitaWorld(env, registries)
+        return self._initial[task.id].fork()
+
+    def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User:
+        from envace_gym.envs.vitabench.users import LLMUser, ScriptedUser
+
+        if isinstance(kind, User):
+            return kind
+        if kind == "scripted":
+            return ScriptedUser(task, **kwargs)
+        if kind == "llm":
+            return LLMUser(task, self._greeting, seed=seed, **kwargs)
+        raise ValueError(f"unknown user {kind!r}; use 'scripted', 'llm' or a User object")
+
+    # evaluation ----------------------------------------------------------
+    def has_gold(self, task: Task) -> bool:
+        return False
+
+    def judge_reward(self) -> Any:
+        """VitaBench's rubric judge on the server ``VITABENCH_JUDGE`` names (``MODEL@BASE_URL``)."""
+        from envace_gym.envs.vitabench.reward import VitaBenchReward
+
+        spec = os.environ.get(JUDGE_VARIABLE)
+        return VitaBenchReward.from_spec(f"vitabench:{spec}") if spec else missing_judge
+
+    def rubrics(self, task: Task) -> list[str]:
+        """The task's rubrics, once each, in the order VitaBench's evaluator numbers them."""
+        criteria = task.data.evaluation_criteria
+        if criteria is None:
+            return []
+        found = [r for s in criteria.expected_states or [] for r in s.state_rubrics or []]
+        return list(dict.fromkeys(found + list(criteria.overall_rubrics or [])))
+
+    def criteria(self, task: Task) -> str:
+        """The user's instructions and the task's rubrics, for a generic judge."""
+        rubrics = "\n".join(f"- {r}" for r in self.rubrics(task)) or "- none"
+        return f"The user's instructions: {task.data.instructions}\n\nEvery rubric must be met:\n{rubrics}"
+
+
+@cache
+def get_suite(domain: str) -> VitaSuite:
+    """The process-wide suite of one VitaBench domain."""
+    return VitaSuite(domain)
