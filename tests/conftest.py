@@ -2,6 +2,8 @@ import os
 import sys
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# VitaBench is no package: the tests use the checkout beside the repository unless VITABENCH_ROOT names one
+os.environ.setdefault("VITABENCH_ROOT", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "vitabench"))
 sys.path.insert(0, os.path.dirname(__file__))
 
 import json
@@ -11,6 +13,16 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
+    if os.path.isfile(os.path.join(os.environ["VITABENCH_ROOT"], "src", "vita", "__init__.py")):
+        return
+    skip = pytest.mark.skip(reason=f"no VitaBench checkout at VITABENCH_ROOT={os.environ['VITABENCH_ROOT']}")
+    for item in items:
+        if "vitabench" in item.nodeid:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

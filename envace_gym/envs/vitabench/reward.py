@@ -67,7 +67,8 @@ def vita_trajectory(episode: Episode) -> list:
         elif m["role"] == "tool":
             record = records.get(i)
             native = record.native if record is not None and isinstance(record.native, str) else m["content"]
-            out.append(ToolMessage(id=m["tool_call_id"], role="tool", content=native, requestor="assistant"))
+            out.append(ToolMessage(id=m["tool_call_id"], name=m["name"], role="tool", content=native,
+                                   requestor="assistant"))
     return out
 
 
@@ -101,7 +102,7 @@ class VitaBenchReward:
             verdicts = evaluator_extracter(text)
         except ValueError:
             verdicts = None
-        if not verdicts or not isinstance(verdicts, list) or not all(isinstance(v, dict) for v in verdicts):
+        if not isinstance(verdicts, list) or not all(isinstance(v, dict) for v in verdicts):
             raise MalformedJudgement(_local.windows, text)
         return AssistantMessage(role="assistant", content=text)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-from thefuzz import fuzz, process
 from vita.agent.base import LocalAgent
 from vita.user.base import OUT_OF_SCOPE, STOP, TRANSFER
 from vita.user.user_simulator import UserSimulator
@@ -16,22 +15,30 @@ from envace_gym.suite import Task, User, UserReply, World
 
 AGENT_STOP = LocalAgent.STOP_TOKEN
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+WORD_RE = re.compile(r"[a-z]{4,}")
+FUNCTION_WORDS = frozenset("what which when where would could should shall will like your yours have that this "
+                           "with want need there their about from into please them they then than".split())
+
+
+def content_words(text: str) -> set[str]:
+    """The words of ``text`` that carry meaning, by their first five letters (so plurals and tenses meet)."""
+    return {w[:5] for w in WORD_RE.findall(text.lower()) if w not in FUNCTION_WORDS}
 
 
 class ScriptedUser(User):
     """A deterministic user built from the task's instructions.
 
-    It opens with the instructions; a question gets the instruction sentence most like
-    it that it has not said yet (a fuzzy token match of at least ``min_match``), any
-    other message a go-ahead. It ends the episode, saying nothing, when the agent closes
+    It opens with the instructions; a question gets the instruction sentence, not yet given
+    as an answer, that shares the most content words with it (the earliest of equals),
+    any other message, and a question that shares none, a go-ahead. It ends the episode, saying nothing, when the agent closes
     with VitaBench's stop token (``###STOP###``), or with VitaBench's user stop token
     after ``max_turns`` replies.
     """
 
-    def __init__(self, task: Task, max_turns: int = 30, min_match: int = 50):
+    def __init__(self, task: Task, max_turns: int = 30):
         self.instructions = task.data.instructions.strip()
         self.unsaid = [s for s in SENTENCE_RE.split(self.instructions) if s]
-        self.max_turns, self.min_match, self.turns = max_turns, min_match, 0
+        self.max_turns, self.turns = max_turns, 0
 
     def opening(self, world: World) -> str:
         return self.instructions
@@ -43,8 +50,9 @@ class ScriptedUser(User):
         if self.turns > self.max_turns:
             return UserReply(f"Thank you, that is all. {STOP}", stop=True)
         if "?" in agent_text and self.unsaid:
-            sentence, score = process.extractOne(agent_text, self.unsaid, scorer=fuzz.token_set_ratio)
-            if score >= self.min_match:
+            asked = content_words(agent_text)
+            sentence = max(self.unsaid, key=lambda s: len(asked & content_words(s)))
+            if asked & content_words(sentence):
                 self.unsaid.remove(sentence)
                 return UserReply(sentence)
         return UserReply("Yes, please go ahead.")

@@ -1,0 +1,337 @@
+"""VitaBench suites: tool responses equal to VitaBench's own environment, per-world isolation of its
+class registries, whole offline episodes, no-gold refusals, hostile actions, and the rubric judge
+sending exactly the prompts of VitaBench's own evaluator."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from conftest import FakeChatServer
+from helpers import play
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from vitabench_reference import LATEST, ORDER_ID, normalized, resolve, vita_messages
+
+import envace_gym  # noqa: F401
+from envace_gym import agents
+from envace_gym.agents.base import Agent
+from envace_gym.compare import compare_calls
+from envace_gym.messages import format_tool_call
+
+DELIVERY, INSTORE = "EnvACE/vitabench-delivery-v0", "EnvACE/vitabench-instore-v0"
+STOP = "Your order is placed and paid. Anything else? ###STOP###"
+
+
+def later(task, hours: float) -> str:
+    now = datetime.strptime(task.data.environment["time"], "%Y-%m-%d %H:%M:%S")
+    return (now + timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def delivery_calls(task) -> list:
+    env = task.data.environment
+    store = next(iter(env["stores"].values()))
+    product, user, address = store["products"][0], env["user_id"], env["location"][0]["address"]
+    order = {"user_id": user, "store_id": store["store_id"], "product_ids": [product["product_id"]],
+             "product_cnts": [2], "address": address, "dispatch_time": later(task, 1)}
+    latest = {"order_id": LATEST}
+    return [
+        ("delivery_store_search_recommand", {"keywords": [store["name"].split()[0]]}),
+        ("delivery_product_search_recommand", {"keywords": [product["name"]]}),
+        ("get_delivery_store_info", {"store_id": store["store_id"]}),
+        ("get_delivery_store_info", {"store_id": "S_missing"}),  # raises: an error
+        ("get_delivery_product_info", {"product_id": product["product_id"]}),
+        ("address_to_longitude_latitude", {"address": address}),
+        ("create_delivery_order", {**order, "user_id": "U_someone_else"}),  # refused by an assertion
+        ("create_delivery_order", order),
+        ("get_delivery_order_detail", latest),
+        ("pay_delivery_order", latest), ("pay_delivery_order", latest),
+        ("cancel_delivery_order", latest), ("cancel_delivery_order", latest),
+        ("get_delivery_order_status", latest),
+        ("search_delivery_orders", {"user_id": user, "status": "cancelled"}),
+        ("get_delivery_product_info", {"product_id": product["product_id"]}),  # the ordered copy now
+        ("get_delivery_order_detail", {"order_id": "OT_missing"}),
+        ("weather", {"address": address, "date_start": later(task, 0)[:10], "date_end": later(task, 24)[:10]}),
+        ("get_nearby", {"longitude": store["location"]["longitude"], "latitude": store["location"]["latitude"],
+                        "range": 3000.0}),
+        ("get_user_all_orders", {}),
+        ("delivery_distance_to_time", {"distance": 1234.5}),
+        ("get_holiday_date", {"year": "2025", "holiday_name": "Dragon Boat"}),
+    ]
+
+
+def instore_calls(task) -> list:
+    env = task.data.environment
+    shop = next(iter(env["shops"].values()))
+    product, user = shop["products"][0], env["user_id"]
+    visit = {"user_id": user, "shop_id": shop["shop_id"], "time": later(task, 20), "customer_count": 2}
+    return [
+        ("instore_shop_search_recommend", {"keywords": [shop["shop_name"]]}),
+        ("instore_product_search_recommend", {"keywords": [product["name"]]}),
+        ("create_instore_product_order", {"user_id": user, "shop_id": shop["shop_id"],
+                                          "product_id": product["product_id"], "quantity": 2}),
+        ("pay_instore_order", {"order_id": LATEST}), ("pay_instore_order", {"order_id": LATEST}),
+        ("instore_cancel_order", {"order_id": LATEST}), ("instore_cancel_order", {"order_id": LATEST}),
+        ("instore_product_search_recommend", {"keywords": [product["name"]]}),  # its quantity changed
+        ("instore_reservation", visit),
+        ("instore_modify_reservation", {"reservation_id": LATEST, "time": later(task, 22), "customer_count": 3}),
+        ("instore_cancel_reservation", {"reservation_id": LATEST}),
+        ("instore_book", visit),
+        ("get_instore_orders", {"user_id": user}), ("get_instore_reservations", {"user_id": user}),
+        ("get_instore_books", {"user_id": user}), ("search_instore_reservation", {"user_id": user}),
+        ("instore_cancel_order", {"order_id": "OI_missing"}),
+        ("get_user_all_orders", {}),
+    ]
+
+
+def make(env_id, **kwargs):
+    return gym.make(env_id, **kwargs).unwrapped
+
+
+def start(env, task_id):
+    env.reset(seed=0, options={"task_id": task_id})
+    return env
+
+
+def call(env, name, arguments) -> dict:
+    """One call through the env's step; VitaBench's text for it and whether it was an error."""
+    earlier = [c.native for c in env.episode.calls]
+    env.step(format_tool_call(name, resolve(arguments, earlier)))
+    record = env.episode.calls[-1]
+    assert record.source == "real", (name, record.content)
+    return {"content": record.native, "error": record.error is not None}
+
+
+def lone(env_id, task_id, calls) -> list[dict]:
+    env = start(make(env_id), task_id)
+    return [call(env, *c) for c in calls]
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    out = []
+    for env_id, domain, make_calls in ((DELIVERY, "delivery", delivery_calls), (INSTORE, "instore", instore_calls)):
+        suite = make(env_id).suite
+        for task_id in suite.task_ids(None)[:2]:
+            out.append((env_id, domain, task_id, make_calls(suite.task(task_id))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def vitabench_answers(jobs):
+    """VitaBench's own environment, in a process with no envace-gym code, on the same calls."""
+    script = Path(__file__).with_name("vitabench_reference.py")
+    done = subprocess.run([sys.executable, str(script)], input=json.dumps([j[1:] for j in jobs]),
+                          capture_output=True, text=True, timeout=120, env=os.environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_every_tool_response_equals_vitabench_own_environment(jobs, vitabench_answers):
+    for (env_id, _, task_id, calls), theirs in zip(jobs, vitabench_answers):
+        ours = lone(env_id, task_id, calls)
+        ours_seen, theirs_seen = {}, {}
+        for (name, _), a, b in zip(calls, ours, theirs, strict=True):
+            assert normalized(a["content"], ours_seen) == normalized(b["content"], theirs_seen), (task_id, name)
+            assert a["error"] == b["error"], (task_id, name)
+        texts = [a["content"] for a in ours]
+        assert any(a["error"] for a in ours) and "<id0>" in normalized(" ".join(texts), {})
+        assert any("cancel" in t and "already" in t for t in texts)  # the second cancellation is refused
+
+
+def test_responses_are_json_objects_with_vitabench_text():
+    env = start(make(DELIVERY), "10711001")
+    env.step(format_tool_call("delivery_distance_to_time", {"distance": 1000}))
+    assert json.loads(env.episode.messages[-1]["content"]) == {"result": "32.0"}
+    env.step(format_tool_call("get_delivery_store_info", {"store_id": "nope"}))
+    assert json.loads(env.episode.messages[-1]["content"])["error"]["code"] == "execution_error"
+
+
+def test_interleaved_episodes_of_different_tasks_and_forks_answer_as_a_lone_episode(jobs):
+    plans = [(env_id, task_id, calls) for env_id, _, task_id, calls in jobs[:3]]  # two delivery, one in-store
+    alone = [lone(*plan) for plan in plans]
+    envs = [start(make(env_id), task_id) for env_id, task_id, _ in plans]
+    got = [[] for _ in plans]
+    fork, fork_got, cut = None, [], 8  # the fork is taken right after the first task's order is placed
+    for step in range(max(len(c) for _, _, c in plans)):
+        for i, (env, (_, _, calls)) in enumerate(zip(envs, plans)):
+            if step < len(calls):
+                if i == 1:  # another thread: VitaBench's tables are per thread, a world's are not
+                    worker = threading.Thread(target=lambda: got[1].append(call(env, *calls[step])))
+                    worker.start()
+                    worker.join()
+                else:
+                    got[i].append(call(env, *calls[step]))
+            if i == 0 and step == cut - 1:
+                fork = env.fork()
+            if i == 0 and fork is not None and step >= cut:
+                fork_got.append(call(fork, *calls[step]))
+    assert got == alone
+    assert fork_got == alone[0][cut:]
+
+
+class Scripted(Agent):
+    """Plays fixed act actions in order (the latest id of earlier tool messages for ``$latest``) and
+    rehearses every call with one fixed response."""
+
+    def __init__(self, actions, rehearsal='{"result": "done"}'):
+        self.actions, self.rehearsal = list(actions), rehearsal
+
+    def act(self, obs):
+        if obs["role"] == "rehearse":
+            return self.rehearsal
+        ids = ORDER_ID.findall(" ".join(m["content"] for m in obs["messages"] if m["role"] == "tool"))
+        return self.actions.pop(0).replace(LATEST, ids[-1] if ids else LATEST)
+
+
+def episode_actions(suite, task_id):
+    calls = delivery_calls(suite.task(task_id))
+    return [format_tool_call(*calls[0]), format_tool_call(*calls[7]),
+            "What time is your surgery?", format_tool_call(*calls[9]), STOP]
+
+
+RUBRICS_ALL_MET = json.dumps([{"rubric_idx": f"rubric_{i}", "justification": "seen", "meetExpectation": True}
+                              for i in range(20)])
+
+
+@pytest.mark.parametrize("dynamics", ["real", "rehearsed", "shadow"])
+def test_a_whole_offline_episode_with_the_scripted_user(server, dynamics):
+    url, _ = server
+    FakeChatServer.replies = [{"role": "assistant", "content": RUBRICS_ALL_MET}] * 10
+    env = gym.make(DELIVERY, dynamics=dynamics, reward=f"vitabench:judge@{url}")
+    suite = env.unwrapped.suite
+    reward, info, infos = play(env, Scripted(episode_actions(suite, "10711001")), task_id="10711001")
+    assert info["ended_by"] == "user_stop" and info["reward_source"] == "vitabench" and "error" not in info
+    assert reward == 1.0 and info["reward_info"]["rubrics_met"] == 1.0
+    sources = {c["source"] for i in infos for c in i["tool_calls"]}
+    assert sources == {"rehearsed" if dynamics == "rehearsed" else "real"}
+    user_turns = [m["content"] for m in env.unwrapped.episode.messages if m["role"] == "user"]
+    assert user_turns[0] == suite.task("10711001").data.instructions.strip()
+    assert user_turns[1].startswith("You have surgery at 1:30 PM")  # answered from the instructions
+    if dynamics == "shadow":
+        assert all(c["fidelity"] is not None for i in infos for c in i["tool_calls"])
+
+
+def test_without_gold_the_oracle_actions_and_gold_replay_refuse_and_compare_works(monkeypatch):
+    env = make(DELIVERY)
+    obs, _ = env.reset(options={"task_id": "10711001"})
+    with pytest.raises(ValueError, match="has no gold calls"):
+        agents.load("oracle", env=env).act(obs)
+    with pytest.raises(ValueError, match="has no gold calls"):
+        env.reset(options={"task_id": "10711001", "dynamics": "replay"})
+    for reward in ("actions", "actions_share", "world"):
+        _, info, _ = play(gym.make(DELIVERY, reward=reward), Scripted([STOP]), task_id="10711001")
+        assert "has no gold calls" in info["error"]
+    monkeypatch.delenv("VITABENCH_JUDGE", raising=False)
+    _, info, _ = play(gym.make(DELIVERY, dynamics="rehearsed"), Scripted([STOP]), task_id="10711001")
+    assert info["reward_source"] == "vitabench" and "VITABENCH_JUDGE" in info["error"]
+    recorded = [{"name": "delivery_distance_to_time", "arguments": {"distance": 5}, "response": '{"result": "25.0"}'}]
+    _, info, infos = play(gym.make(DELIVERY, dynamics="replay", recordings=recorded),
+                          Scripted([format_tool_call("delivery_distance_to_time", {"distance": 5}), STOP]),
+                          task_id="10711001")
+    assert infos[1]["tool_calls"][0]["source"] == "replay"
+    # shadow episodes of a scripted actor, rehearsed by the oracle's world model: every call exact
+    shadow = gym.make(DELIVERY)
+    actor = Scripted(episode_actions(env.suite, "10711001"))
+    records = list(compare_calls(shadow, actor, agents.load("oracle", env=shadow), ["10711001"]))
+    assert len(records) == 3 and all(r["exact"] for r in records)
+
+
+def _verdict(met: list[int], fenced: bool = False) -> str:
+    text = json.dumps([{"rubric_idx": f"rubric_{i}", "justification": f"rubric {i} seen", "meetExpectation": True}
+                       for i in met])
+    return f"```json\n{text[:-1]},]\n```" if fenced else text  # the fenced one has a trailing comma too
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """A finished real episode of 16 messages after the system prompt: two judge windows."""
+    env = gym.make(DELIVERY, reward=lambda episode: 0.0)
+    actions = episode_actions(env.unwrapped.suite, "10711001")
+    actions[-1:-1] = [format_tool_call(*c) for c in delivery_calls(env.unwrapped.suite.task("10711001"))[10:13]]
+    play(env, Scripted(actions), task_id="10711001")
+    return env.unwrapped.episode
+
+
+def vitabench_evaluation(monkeypatch, episode, replies):
+    """VitaBench's own evaluator on the episode, its LLM a fake that captures the messages it is sent."""
+    from vita.data_model.message import AssistantMessage
+    from vita.evaluator import evaluator_traj
+    from vita.utils.llm_utils import format_messages
+
+    sent = []
+
+    def fake_generate(model, messages, **kwargs):
+        sent.append(format_messages(messages))
+        return AssistantMessage(role="assistant", content=replies[len(sent) - 1])
+
+    monkeypatch.setattr(evaluator_traj, "generate", fake_generate)
+    result = evaluator_traj.TrajectoryEvaluator.calculate_reward(
+        task=episode.task.data, full_trajectory=vita_messages(episode), final_state={},
+        llm_evaluator="judge", llm_args_evaluator={}, language="english")
+    monkeypatch.undo()
+    return sent, result
+
+
+@pytest.mark.parametrize("replies", [[_verdict([0], fenced=True), _verdict([1, 2])],
+                                     [_verdict(list(range(20))), "[]"]])
+def test_the_judge_sends_vitabench_evaluator_prompts_and_scores_as_it_does(server, monkeypatch, recorded, replies):
+    from vita.data_model.tasks import RewardType
+
+    from envace_gym.envs.vitabench.reward import VitaBenchReward
+
+    url, _ = server
+    sent, theirs = vitabench_evaluation(monkeypatch, recorded, replies)
+    assert len(sent) == 2
+    FakeChatServer.replies = [{"role": "assistant", "content": r} for r in replies]
+    value, parts = VitaBenchReward("judge", url)(recorded)
+    assert [r["messages"] for r in FakeChatServer.requests] == sent
+    assert value == theirs.reward and parts["rubrics_met"] == theirs.reward_breakdown[RewardType.NL_ASSERTION]
+    assert [(r["rubric"], r["met"]) for r in parts["rubrics"]] == [(c.nl_rubric, c.met) for c in theirs.nl_rubrics]
+    assert parts["windows"] == 2 and 0 < parts["rubrics_met"] <= 1 and value == (parts["rubrics_met"] == 1)
+
+
+def test_a_malformed_or_unreachable_judge_is_a_clear_error_and_the_episode_is_kept(server, recorded):
+    from envace_gym.envs.vitabench.reward import VitaBenchReward
+
+    url, _ = server
+    FakeChatServer.replies = [{"role": "assistant", "content": "I would rather not say."}]
+    value, parts = VitaBenchReward("judge", url)(recorded)
+    assert value == 0.0 and parts["error"]["code"] == "malformed_judgement" and "window 1" in parts["error"]["message"]
+    env = gym.make(DELIVERY, reward="vitabench:judge@http://127.0.0.1:9/v1?timeout=2&max_retries=0")
+    reward, info, _ = play(env, Scripted([format_tool_call("get_user_all_orders", {}), STOP]), task_id="10711001")
+    assert reward == 0.0 and "127.0.0.1:9" in info["error"] and len(env.unwrapped.episode.messages) == 6
+
+
+HOSTILE_NAMES = ["__init__", "__class__", "_get_store", "use_tool", "get_now", "db", "tools", "x.y"]
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                           | st.text(max_size=20),
+                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                           max_leaves=12)
+
+
+@pytest.fixture(scope="module")
+def fuzzed():
+    return make(DELIVERY)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(HOSTILE_NAMES + ["create_delivery_order", "cancel_delivery_order", "weather"]),
+       st.dictionaries(st.sampled_from(["user_id", "order_id", "product_ids", "address", "x"]), json_values,
+                       max_size=4),
+       st.sampled_from(["", "{", "<tool_call>", "</tool_call>"]))
+def test_hostile_calls_never_raise_and_rejected_ones_change_nothing(fuzzed, name, arguments, junk):
+    fuzzed.reset(seed=0, options={"task_id": "10711001"})
+    before = fuzzed.episode.world.env.tools.db.model_dump()
+    obs, _, _, _, info = fuzzed.step(format_tool_call(name, arguments) + junk)
+    assert fuzzed.observation_space.contains(obs)
+    if all(c["source"] == "rejected" for c in info["tool_calls"]):
+        assert fuzzed.episode.world.env.tools.db.model_dump() == before
+    if name in HOSTILE_NAMES:
+        assert info["tool_calls"][0]["error"] == "unknown_tool"
