@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
+from collections import Counter
 from collections.abc import Callable
 from typing import Union
 
 from envace_gym.endpoint import ChatEndpoint, parse_spec
 from envace_gym.errors import ErrorCode
 from envace_gym.messages import parse_rehearsal, transcript
-from envace_gym.suite import Episode
+from envace_gym.suite import Episode, recording_key
 
 RewardFn = Callable[[Episode], Union[float, tuple[float, dict]]]
 DEFAULT_REWARD = {"real": "world", "shadow": "world", "rehearsed": "actions",
@@ -46,8 +48,74 @@ def replay_reward(episode: Episode) -> tuple[float, dict]:
     return episode.suite.evaluate(episode.task, episode.replayed_world(), episode)
 
 
+def _assistant_calls(episode: Episode) -> list[list]:
+    """The assistant's calls of the episode, grouped by the message that made them (a
+    message's calls are one parallel group), each call as ``(name, canonical arguments)``."""
+    starts = [i for i, m in enumerate(episode.messages) if m.get("role") == "assistant"]
+    groups: dict[int, list] = {}
+    for call in episode.calls:
+        if call.requestor == "assistant":
+            message = starts[bisect.bisect_left(starts, call.position) - 1]
+            groups.setdefault(message, []).append(recording_key(call.name, call.arguments))
+    return [groups[k] for k in sorted(groups)]
+
+
+def _gold_groups(episode: Episode) -> list[list]:
+    """The task's gold assistant calls grouped by their ``step`` (each its own step without one)."""
+    groups: dict = {}
+    for i, call in enumerate(episode.suite.gold_calls(episode.task)):
+        if call["requestor"] == "assistant":
+            groups.setdefault(call.get("step", i), []).append(recording_key(call["name"], call["arguments"]))
+    return list(groups.values())
+
+
+def tool_f1_reward(episode: Episode) -> tuple[float, dict]:
+    """FinMCP-Bench's tool F1: precision and recall of the assistant's tool names against the
+    gold calls' names, as multisets (1 when both are empty). :func:`tool_f1_summary` pools
+    episodes (micro) or averages them (macro)."""
+    made = Counter(name for group in _assistant_calls(episode) for name, _ in group)
+    gold = Counter(name for group in _gold_groups(episode) for name, _ in group)
+    hits = sum((made & gold).values())
+    counts = {"hits": hits, "made": sum(made.values()), "gold": sum(gold.values())}
+    parts = {**counts, **_f1(**counts)}
+    return parts["f1"], {"tool_f1": parts}
+
+
+def _f1(hits: float, made: float, gold: float) -> dict:
+    precision = hits / made if made else float(not gold)
+    recall = hits / gold if gold else float(not made)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def tool_f1_summary(reward_infos: list[dict]) -> dict:
+    """Micro (counts pooled over episodes) and macro (per-episode scores averaged) tool
+    precision, recall and F1 from episodes' ``reward_info`` of the ``tool_f1`` reward."""
+    parts = [info["tool_f1"] for info in reward_infos]
+    if not parts:
+        raise ValueError("tool_f1_summary needs at least one episode scored with reward='tool_f1'")
+    pooled = {k: sum(p[k] for p in parts) for k in ("hits", "made", "gold")}
+    macro = {k: sum(p[k] for p in parts) / len(parts) for k in ("precision", "recall", "f1")}
+    return {"micro": _f1(**pooled), "macro": macro, "episodes": len(parts)}
+
+
+def call_match_reward(episode: Episode) -> tuple[float, dict]:
+    """FinMCP-Bench's exact match (EMR): 1 when the assistant's call groups equal the gold
+    steps one for one, in order, each group the same calls (names and arguments) in any order."""
+    made, gold = _assistant_calls(episode), _gold_groups(episode)
+    matched = 0
+    for made_group, gold_group in zip(made, gold):
+        if Counter(made_group) != Counter(gold_group):
+            break
+        matched += 1
+    exact = float(matched == len(made) == len(gold))
+    return exact, {"call_match": {"exact": exact, "matched_steps": matched, "steps": len(gold),
+                                  "made_groups": len(made)}}
+
+
 REWARDS: dict[str, RewardFn] = {"world": world_reward, "actions": actions_reward,
-                                 "actions_share": actions_share_reward, "replay": replay_reward}
+                                 "actions_share": actions_share_reward, "replay": replay_reward,
+                                 "tool_f1": tool_f1_reward, "call_match": call_match_reward}
 
 JUDGE_INSTRUCTION = (
     "You grade one episode of an assistant that works with tools. You are given what the task "

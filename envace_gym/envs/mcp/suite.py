@@ -1,0 +1,198 @@
+"""Any MCP server as a suite, and the env that owns its sessions."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from envace_gym.env import EnvACEEnv
+from envace_gym.limits import Limits
+from envace_gym.messages import format_tool_call
+from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Response, Suite, Task, World
+from envace_gym.tools import ToolSet
+from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, Stdio, server_spec
+from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld
+
+WORLD_DYNAMICS = ("real", "mixed", "shadow")  # the dynamics whose calls a world executes
+
+
+def function_schema(tool: Any) -> dict:
+    """An MCP tool (an SDK ``Tool``, or a dict with ``inputSchema``/``parameters``) or an OpenAI
+    function schema, as an OpenAI function schema."""
+    if isinstance(tool, dict) and tool.get("type") == "function":
+        return tool
+    if not isinstance(tool, dict):
+        tool = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+    parameters = tool.get("inputSchema") or tool.get("input_schema") or tool.get("parameters") \
+        or {"type": "object", "properties": {}}
+    return {"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""),
+                                             "parameters": parameters}}
+
+
+class MCPSuite(Suite):
+    """Tasks on one MCP server, or offline on their recorded trajectories.
+
+    ``server``: a command line (stdio), a URL (streamable HTTP), or a :class:`Stdio`,
+    :class:`Http` or :class:`InProcess` spec; ``None`` runs every task offline, where the
+    world answers from the task's recording (``RecordedWorld``). Tools come from the
+    server's ``tools/list`` (offline: the tasks' own tool lists), each task seeing its
+    ``tools`` subset if it names one. A stdio server is one process per episode, taken
+    from a pool of ``pool_size`` warm spares; an HTTP server is one shared world (one
+    episode at a time unless ``Http(url, isolated=True)``). ``deterministic``: the
+    server answers the same calls the same way, so a world forks by replaying its calls.
+    ``call_timeout`` bounds every request; a server that dies or does not answer in it
+    ends the episode. :meth:`close` stops the servers (so does garbage collection).
+    """
+
+    def __init__(self, tasks: Sequence[Task], server: Any = None, name: str = "mcp",
+                 deterministic: bool = False, pool_size: int = 1, call_timeout: float = 10.0,
+                 startup_timeout: float = 30.0):
+        self.name, self.tasks = name, list(tasks)
+        self.spec: Stdio | Http | InProcess | None = None if server is None else server_spec(server)
+        self.deterministic, self.pool_size = deterministic, pool_size
+        self.call_timeout, self.startup_timeout = call_timeout, startup_timeout
+        self._runtime: Runtime | None = None
+        self._server_tools: list[dict] | None = None
+        self._toolsets: dict[tuple, ToolSet] = {}
+
+    @property
+    def runtime(self) -> Runtime:
+        """The server's loop and sessions, started on first use (again after :meth:`close`)."""
+        if self._runtime is None:
+            self._runtime = Runtime(self.spec, self.call_timeout, self.startup_timeout, self.pool_size)
+            self._finalize = weakref.finalize(self, self._runtime.close)
+        return self._runtime
+
+    def close(self) -> None:
+        """Stop every session and server of this suite; it starts again if used again."""
+        if self._runtime is not None:
+            self._finalize()
+            self._runtime = None
+
+    def _listed_tools(self) -> list[dict]:
+        if self._server_tools is None:
+            runtime = self.runtime
+            session = runtime.open(self._fresh_state())
+            try:
+                listed = runtime.request(session, "list_tools")
+                self._server_tools = [function_schema(t) for t in listed.tools]
+            finally:
+                runtime.give_back(session)  # tools/list changes nothing: the session stays warm
+        return self._server_tools
+
+    def _fresh_state(self) -> Any:
+        return copy.deepcopy(self.spec.state) if isinstance(self.spec, InProcess) else None
+
+    def tools(self, task: Task) -> ToolSet:
+        data = task.data or {}
+        if self.spec is None:
+            schemas = [function_schema(t) for t in data.get("tool_schemas", ())]
+        else:
+            schemas = self._listed_tools()
+        subset = data.get("tools")
+        key = (id(schemas), tuple(subset) if subset else None)
+        if key not in self._toolsets:
+            chosen = [s for s in schemas if subset is None or s["function"]["name"] in subset]
+            self._toolsets[key] = ToolSet(chosen)
+        return self._toolsets[key]
+
+    def new_world(self, task: Task | None) -> World:
+        if self.spec is None:
+            return RecordedWorld((task.data or {}).get("recording", ()))
+        return MCPWorld(self.runtime, self.deterministic, self._fresh_state())
+
+    def system_prompt(self, task: Task) -> str:
+        return (task.data or {}).get("system") or DEFAULT_SYSTEM_PROMPT
+
+    def opening_messages(self, task: Task) -> list[dict]:
+        """A teacher-forced turn's gold history (see :func:`~envace_gym.envs.mcp.tasks.load_finmcp`)."""
+        return copy.deepcopy((task.data or {}).get("history", []))
+
+    def has_gold(self, task: Task) -> bool:
+        return bool(task.gold)
+
+    def gold_calls(self, task: Task) -> list[dict]:
+        """The gold calls, each with its ``step`` (calls of one step form one parallel group) and
+        its user ``turn`` (the index of the user message it answers)."""
+        return [{**call, "step": task.gold[i].get("step", i), "turn": task.gold[i].get("turn", 0)}
+                for i, call in enumerate(super().gold_calls(task))]
+
+    def oracle_plan(self, task: Task) -> list[Any]:
+        """For each user turn: each gold step as one message of its calls, then a text reply
+        (the task's answer after the last turn)."""
+        gold = [c for c in self.gold_calls(task) if c["requestor"] == "assistant"]
+        turns = 1 if isinstance(task.user, str) else len(task.user)
+        plan: list[Any] = []
+        for turn in range(turns):
+            steps: dict[Any, list[str]] = {}
+            for call in gold:
+                if call["turn"] == turn:
+                    steps.setdefault(call["step"], []).append(format_tool_call(call["name"], call["arguments"]))
+            plan += ["\n".join(calls) for calls in steps.values()]
+            plan.append((task.data or {}).get("answer") or "Done." if turn == turns - 1 else "Done.")
+        return plan
+
+    def recordings(self, task: Task) -> dict[tuple[str, str], list[str]]:
+        """The task's recorded responses where it has a recording, else its gold calls' real ones."""
+        recording = (task.data or {}).get("recording")
+        if recording is None:
+            return super().recordings(task)
+        world = RecordedWorld(recording)
+        return {key: [Response.from_native(r).content for r in answers] for key, answers in world.table.items()}
+
+
+class MCPEnv(EnvACEEnv):
+    """:class:`~envace_gym.env.EnvACEEnv` on an :class:`MCPSuite`: it ends each episode's
+    server session on reset and :meth:`close`, ends an episode whose server died (with
+    ``info["error"]`` naming it), and forks rehearsed, simulated and replay branches
+    without a world. ``owns_suite``: :meth:`close` also stops the suite's servers. The
+    suite's ``call_timeout`` bounds each call (``limits.call_seconds`` is not used).
+    """
+
+    def __init__(self, suite: MCPSuite, *, owns_suite: bool = False, limits: Limits | None = None, **kwargs):
+        self._owns_suite = owns_suite
+        super().__init__(suite, limits=dataclasses.replace(limits or Limits(), call_seconds=None), **kwargs)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._close_world(wait=False)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any):
+        result = super().step(action)
+        failure = getattr(self.episode.world, "failure", None)
+        if failure is None or self.episode.ended_by == "error":
+            return result
+        obs, reward, terminated, truncated, info = result
+        self._fail(f"the episode's MCP world failed: {failure}")
+        info.update(role="act", error=self._error)
+        return self._obs(), self._score(info), True, False, info
+
+    def fork(self, dynamics: str | None = None, reward: Any = None) -> MCPEnv:
+        ep = self.episode
+        if ep is None or (dynamics or ep.dynamics) in WORLD_DYNAMICS:
+            if ep is not None and isinstance(ep.world, DetachedWorld):
+                raise ForkError("this branch was forked without a world, so it has none to fork under "
+                                f"{dynamics or ep.dynamics!r} dynamics: fork the real episode instead")
+            clone = super().fork(dynamics, reward)
+        else:
+            world, ep.world = ep.world, DetachedWorld()
+            try:
+                clone = super().fork(dynamics, reward)
+            finally:
+                ep.world = world
+        clone._owns_suite = False
+        return clone
+
+    def close(self) -> None:
+        self._close_world(wait=True)
+        if self._owns_suite:
+            self.suite.close()
+        super().close()
+
+    def _close_world(self, wait: bool) -> None:
+        world = self.episode.world if self.episode is not None else None
+        if isinstance(world, MCPWorld):
+            world.close(wait=wait)
