@@ -435,9 +435,8 @@ class EnvACEEnv(gym.Env):
 
     def _default_reward(self, dynamics: str, task) -> str | RewardFn:
         """The dynamics' default reward, or for a task without gold the suite's judge (if it has one)."""
-        if not self.suite.has_gold(task) and self.suite.judge_reward() is not None:
-            return self.suite.judge_reward()
-        return DEFAULT_REWARD[dynamics]
+        judge = None if self.suite.has_gold(task) else self.suite.judge_reward()
+        return judge if judge is not None else DEFAULT_REWARD[dynamics]
 
     def _recording_table(self, task) -> dict:
         if self.recordings is None:

@@ -4,6 +4,7 @@ sending exactly the prompts of VitaBench's own evaluator."""
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -175,6 +176,15 @@ def test_interleaved_episodes_of_different_tasks_and_forks_answer_as_a_lone_epis
     assert fork_got == alone[0][cut:]
 
 
+def test_a_pickled_episode_goes_on_as_the_original(jobs):
+    env_id, _, task_id, calls = jobs[0]
+    env = start(make(env_id), task_id)
+    for c in calls[:9]:  # past placing the order
+        call(env, *c)
+    copy = pickle.loads(pickle.dumps(env))
+    assert [call(copy, *c) for c in calls[9:]] == [call(env, *c) for c in calls[9:]]
+
+
 class Scripted(Agent):
     """Plays fixed act actions in order (the latest id of earlier tool messages for ``$latest``) and
     rehearses every call with one fixed response."""
@@ -334,4 +344,4 @@ def test_hostile_calls_never_raise_and_rejected_ones_change_nothing(fuzzed, name
     if all(c["source"] == "rejected" for c in info["tool_calls"]):
         assert fuzzed.episode.world.env.tools.db.model_dump() == before
     if name in HOSTILE_NAMES:
-        assert info["tool_calls"][0]["error"] == "unknown_tool"
+        assert info["tool_calls"][0]["error"] in ("unknown_tool", "malformed_call")  # inf is not JSON
