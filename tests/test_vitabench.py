@@ -227,6 +227,24 @@ def test_a_whole_offline_episode_with_the_scripted_user(server, dynamics):
         assert all(c["fidelity"] is not None for i in infos for c in i["tool_calls"])
 
 
+def test_the_llm_user_is_vitabench_user_simulator_on_a_server(server):
+    url, _ = server
+    FakeChatServer.replies = [{"role": "assistant", "content": "Mild rice noodles, please."},
+                              {"role": "assistant", "content": "That is all. ###STOP###"}]
+    env = gym.make(DELIVERY, user="llm", user_kwargs={"base_url": url, "model": "user"}, reward=lambda e: 0.0)
+    _, info, _ = play(env, Scripted(["Which noodles would you like?"]), task_id="10711001")
+    from vita.user.user_simulator import UserSimulator  # importable once a VitaBench env is made
+
+    task = env.unwrapped.suite.task("10711001").data
+    prompt = UserSimulator(persona=str(task.user_scenario.user_profile), instructions=str(task.instructions),
+                           language="english").system_prompt
+    first, second = (r["messages"] for r in FakeChatServer.requests)
+    assert first == [{"role": "system", "content": prompt}, {"role": "user", "content": "Hello, how can I help you?"}]
+    assert second[-2:] == [{"role": "assistant", "content": "Mild rice noodles, please."},
+                           {"role": "user", "content": "Which noodles would you like?"}]
+    assert info["ended_by"] == "user_stop"
+
+
 def test_without_gold_the_oracle_actions_and_gold_replay_refuse_and_compare_works(monkeypatch):
     env = make(DELIVERY)
     obs, _ = env.reset(options={"task_id": "10711001"})
