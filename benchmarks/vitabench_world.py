@@ -14,6 +14,8 @@ searches, lookups, placing, paying and cancelling an order.
 from __future__ import annotations
 
 import argparse
+import importlib
+import re
 import statistics
 import time
 from datetime import datetime, timedelta
@@ -107,9 +109,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100, help="tasks per domain")
     args = parser.parse_args()
-    import importlib
-    import re
-
     envs = {d: gym.make(f"EnvACE/vitabench-{d}-v0", max_turns=None) for d in ("delivery", "instore")}
     from vita.run import _clear_global_state  # VitaBench's runner's own reset of its tables
 
@@ -119,7 +118,8 @@ def main() -> None:
         found = ids.findall(text)
         return found[0] if found else None
 
-    print(f"median ms per operation over {args.tasks} tasks per domain (calls: median over all calls; 1st reset: a task's first)")
+    print(f"median ms per operation over {args.tasks} tasks per domain "
+          "(call: over all calls; 1st reset: a task's first)")
     print(f"{'domain':10} {'path':11} {'1st reset':>9} {'reset':>8} {'call':>8} {'fork':>8}")
     for domain, env in envs.items():
         module = importlib.import_module(f"vita.domains.{domain}.environment")

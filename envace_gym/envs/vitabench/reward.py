@@ -14,17 +14,19 @@ from __future__ import annotations
 import builtins
 import threading
 
-from vita.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
-from vita.data_model.tasks import RewardType
-from vita.evaluator import evaluator_traj
-from vita.evaluator.evaluator_traj import TrajectoryEvaluator
-from vita.utils.llm_utils import format_messages
-from vita.utils.utils import evaluator_extracter
-
 from envace_gym.endpoint import ChatEndpoint, parse_spec
-from envace_gym.envs.vitabench.source import LANGUAGE
+from envace_gym.envs.vitabench.source import LANGUAGE, load
 from envace_gym.errors import ErrorCode
 from envace_gym.suite import Episode
+
+load()
+
+from vita.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage  # noqa: E402
+from vita.data_model.tasks import RewardType  # noqa: E402
+from vita.evaluator import evaluator_traj  # noqa: E402
+from vita.evaluator.evaluator_traj import TrajectoryEvaluator  # noqa: E402
+from vita.utils.llm_utils import format_messages  # noqa: E402
+from vita.utils.utils import evaluator_extracter  # noqa: E402
 
 _local = threading.local()
 _vita_generate = evaluator_traj.generate

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 
-from vita.agent.base import LocalAgent
-from vita.user.base import OUT_OF_SCOPE, STOP, TRANSFER
-from vita.user.user_simulator import UserSimulator
-
 from envace_gym.endpoint import ChatEndpoint
-from envace_gym.envs.vitabench.source import LANGUAGE
+from envace_gym.envs.vitabench.source import LANGUAGE, load
 from envace_gym.suite import Task, User, UserReply, World
+
+load()
+
+from vita.agent.base import LocalAgent  # noqa: E402
+from vita.user.base import OUT_OF_SCOPE, STOP, TRANSFER  # noqa: E402
+from vita.user.user_simulator import UserSimulator  # noqa: E402
 
 AGENT_STOP = LocalAgent.STOP_TOKEN
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
@@ -30,9 +32,9 @@ class ScriptedUser(User):
 
     It opens with the instructions; a question gets the instruction sentence, not yet given
     as an answer, that shares the most content words with it (the earliest of equals),
-    any other message, and a question that shares none, a go-ahead. It ends the episode, saying nothing, when the agent closes
-    with VitaBench's stop token (``###STOP###``), or with VitaBench's user stop token
-    after ``max_turns`` replies.
+    any other message, and a question that shares none, a go-ahead. It ends the episode,
+    saying nothing, when the agent closes with VitaBench's stop token (``###STOP###``), or
+    with VitaBench's user stop token after ``max_turns`` replies.
     """
 
     def __init__(self, task: Task, max_turns: int = 30):
