@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 
 
 class Amount(BaseModel):
@@ -89,6 +90,10 @@ class Bank:
         time.sleep(seconds)
         return {"slept": seconds}
 
+    def freeze(self) -> dict:
+        """Answer with a JSON-RPC protocol error instead of a result."""
+        raise MCPError(-32603, "the ledger is frozen")
+
     def crash(self) -> dict:
         """End the server process at once."""
         os._exit(3)
@@ -102,7 +107,7 @@ def make_server(bank: Bank | None = None) -> MCPServer:
     bank = Bank() if bank is None else bank
     server = MCPServer("bank")
     for name in ("list_accounts", "get_balance", "transfer", "statement", "summary", "reference",
-                 "server_pid", "wait", "crash"):
+                 "server_pid", "wait", "freeze", "crash"):
         server.tool(structured_output=False if name in TEXT_TOOLS else None)(getattr(bank, name))
     return server
 

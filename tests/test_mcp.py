@@ -140,7 +140,7 @@ def test_results_become_json_and_tool_errors_carry_the_servers_message(env):
     answers = {}
     for name, arguments in [("get_balance", {"account_id": "A-1"}), ("list_accounts", {}),
                             ("statement", {"account_id": "A-1"}), ("summary", {}),
-                            ("get_balance", {"account_id": "Z-9"})]:
+                            ("get_balance", {"account_id": "Z-9"}), ("freeze", {})]:
         obs, _, _, _, info = env.step(call(name, **arguments))
         answers[name, json.dumps(arguments)] = json.loads(obs["messages"][-1]["content"]), info["tool_calls"][0]["error"]
     value, code = answers["get_balance", '{"account_id": "A-1"}']  # structured content
@@ -152,6 +152,9 @@ def test_results_become_json_and_tool_errors_carry_the_servers_message(env):
     assert code is None and set(value) == {"accounts", "transfers"}
     value, code = answers["get_balance", '{"account_id": "Z-9"}']
     assert code == "execution_error" and "no account Z-9" in value["error"]["message"]
+    value, code = answers["freeze", "{}"]  # a protocol error: the session lives on
+    assert code == "execution_error" and value["error"]["message"] == "MCP error -32603 from freeze: the ledger is frozen"
+    assert env.unwrapped.episode.world.failure is None and balance(env) > 0
 
 
 # state and isolation -----------------------------------------------------------

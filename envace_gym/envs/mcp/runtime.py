@@ -186,7 +186,11 @@ class Runtime:
                     f"the MCP server {self.spec.name} is one shared world with an episode running on it; "
                     "close that episode's env first, or declare Http(url, isolated=True) if the server "
                     "gives each session its own state")
-            session = self._spares.popleft() if self._spares else None
+            session = None
+            while self._spares and session is None:
+                session = self._spares.popleft()
+                if session.done.is_set():  # a spare whose server died while it waited
+                    session = None
         if session is None:
             session = self._start(state)
         self._refill()

@@ -88,15 +88,18 @@ class MCPSuite(Suite):
 
     def tools(self, task: Task) -> ToolSet:
         data = task.data or {}
-        if self.spec is None:
-            schemas = [function_schema(t) for t in data.get("tool_schemas", ())]
-        else:
-            schemas = self._listed_tools()
         subset = data.get("tools")
-        key = (id(schemas), tuple(subset) if subset else None)
+        key = task.id if self.spec is None else tuple(subset or ())
         if key not in self._toolsets:
-            chosen = [s for s in schemas if subset is None or s["function"]["name"] in subset]
-            self._toolsets[key] = ToolSet(chosen)
+            if self.spec is None:
+                schemas = [function_schema(t) for t in data.get("tool_schemas", ())]
+            else:
+                schemas = self._listed_tools()
+            names = {s["function"]["name"] for s in schemas}
+            if subset and not set(subset) <= names:
+                raise ValueError(f"task {task.id!r} names tools its server does not list: "
+                                 f"{sorted(set(subset) - names)}; it lists {sorted(names)}")
+            self._toolsets[key] = ToolSet([s for s in schemas if not subset or s["function"]["name"] in subset])
         return self._toolsets[key]
 
     def new_world(self, task: Task | None) -> World:
