@@ -31,8 +31,10 @@ SERVER = [sys.executable, str(Path(__file__).with_name("mcp_server.py"))]
 TRANSFER = {"request": {"source": "A-1", "target": "B-2", "amount": {"value": 5, "currency": "EUR"}}}
 TASKS = as_tasks([
     {"id": "pay", "user": "Send 5 EUR from A-1 to B-2, then tell me A-1's balance.",
-     "gold": [{"name": "transfer", "arguments": TRANSFER}, {"name": "get_balance", "arguments": {"account_id": "A-1"}}]},
-    {"id": "look", "user": ["What accounts are there?", "And B-2's balance?"], "tools": ["list_accounts", "get_balance"]},
+     "gold": [{"name": "transfer", "arguments": TRANSFER},
+              {"name": "get_balance", "arguments": {"account_id": "A-1"}}]},
+    {"id": "look", "user": ["What accounts are there?", "And B-2's balance?"],
+     "tools": ["list_accounts", "get_balance"]},
 ])
 
 
@@ -142,7 +144,8 @@ def test_results_become_json_and_tool_errors_carry_the_servers_message(env):
                             ("statement", {"account_id": "A-1"}), ("summary", {}),
                             ("get_balance", {"account_id": "Z-9"}), ("freeze", {})]:
         obs, _, _, _, info = env.step(call(name, **arguments))
-        answers[name, json.dumps(arguments)] = json.loads(obs["messages"][-1]["content"]), info["tool_calls"][0]["error"]
+        answer = json.loads(obs["messages"][-1]["content"])
+        answers[name, json.dumps(arguments)] = answer, info["tool_calls"][0]["error"]
     value, code = answers["get_balance", '{"account_id": "A-1"}']  # structured content
     assert code is None and set(value) == {"account_id", "balance"} and value["account_id"] == "A-1"
     assert answers["list_accounts", "{}"][0]["accounts"][0] == {"account_id": "A-1", "owner": "ana"}  # JSON text
@@ -153,7 +156,8 @@ def test_results_become_json_and_tool_errors_carry_the_servers_message(env):
     value, code = answers["get_balance", '{"account_id": "Z-9"}']
     assert code == "execution_error" and "no account Z-9" in value["error"]["message"]
     value, code = answers["freeze", "{}"]  # a protocol error: the session lives on
-    assert code == "execution_error" and value["error"]["message"] == "MCP error -32603 from freeze: the ledger is frozen"
+    assert code == "execution_error"
+    assert value["error"]["message"] == "MCP error -32603 from freeze: the ledger is frozen"
     assert env.unwrapped.episode.world.failure is None and balance(env) > 0
 
 

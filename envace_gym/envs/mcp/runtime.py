@@ -11,6 +11,7 @@ episode's reset does not wait for a server to boot.
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import sys
 import threading
@@ -25,6 +26,7 @@ from anyio.from_thread import BlockingPortal
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult
+from pydantic import ValidationError
 
 GUARD = str(Path(__file__).with_name("guard.py"))
 
@@ -47,8 +49,6 @@ class Stdio:
         return shlex.join([self.command, *self.args])
 
     def target(self) -> StdioServerParameters:
-        import os
-
         return StdioServerParameters(command=sys.executable,
                                      args=["-I", "-S", GUARD, str(os.getpid()), self.command, *self.args],
                                      env=self.env, cwd=self.cwd)
@@ -253,7 +253,7 @@ class Runtime:
     def request(self, session: Session, method: str, *args: Any) -> Any:
         """``session.client.<method>(*args)`` within the call timeout. Raises :class:`ServerError`
         when the server is gone or does not answer in time (the session is then ended);
-        ``MCPError`` for a protocol error."""
+        ``MCPError`` for a protocol error, pydantic's ``ValidationError`` for a malformed result."""
 
         async def bounded():
             with anyio.fail_after(self.call_timeout):
@@ -272,9 +272,9 @@ class Runtime:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError,
                 RuntimeError) as e:
             error = e
+        except ValidationError:  # a malformed result: the session itself is fine
+            raise
         except Exception as e:  # a transport's own failure (an HTTP server gone, say)
-            if type(e).__module__.startswith("pydantic"):
-                raise
             error = e
         self.release(session)
         raise ServerError(f"the MCP server {self.spec.name} died or closed the connection "
