@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -68,8 +69,9 @@ def stdio():
     suite.close()
 
 
-@pytest.fixture(scope="module")
-def http_url():
+@contextmanager
+def http_server():
+    """The bank server over streamable HTTP on a free port: its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -82,9 +84,17 @@ def http_url():
         except OSError:
             assert time.monotonic() < deadline and server.poll() is None, "the HTTP test server did not start"
             time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    server.kill()
-    server.wait()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.fixture(scope="module")
+def http_url():
+    with http_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -258,6 +268,17 @@ def test_a_dead_server_ends_the_episode_naming_it_and_the_next_one_starts(stdio)
     env.close()
 
 
+def test_a_dead_http_server_ends_the_episode_naming_it():
+    with http_server() as url:
+        env = make_env(url, tasks=TASKS)
+        env.reset(seed=0, options={"task_id": "pay"})
+        _, _, terminated, _, info = env.step(call("crash"))
+        assert terminated and url in info["error"]
+        with pytest.raises(ServerError, match="cannot open a session"):
+            env.reset(seed=0, options={"task_id": "pay"})
+        env.close()
+
+
 def test_a_call_past_the_timeout_ends_the_episode_and_hangs_nothing(stdio, monkeypatch):
     monkeypatch.setattr(stdio.runtime, "call_timeout", 1.0)
     env = MCPEnv(stdio)
@@ -269,7 +290,7 @@ def test_a_call_past_the_timeout_ends_the_episode_and_hangs_nothing(stdio, monke
 
 
 def test_a_server_that_cannot_start_is_a_clear_error():
-    with pytest.raises(ServerError, match="did not start"):
+    with pytest.raises(ServerError, match="cannot open a session"):
         make_env("no-such-mcp-server-command", tasks=["hi"])
 
 
@@ -291,12 +312,15 @@ def test_no_server_outlives_close_or_garbage_collection():
 
 def test_no_server_outlives_its_parent_killed(tmp_path):
     script = textwrap.dedent(f"""
-        import json, sys, time, psutil
+        import json, sys, threading, time, psutil
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from envace_gym.envs.mcp import make_env
-        env = make_env({SERVER!r}, tasks=["hi"])
+        from envace_gym.messages import format_tool_call
+        env = make_env({SERVER!r}, tasks=["hi"], call_timeout=900)
         env.reset(seed=0)
-        time.sleep(0.5)
+        # a server stuck in a long call: it would not notice its stdin close, and would linger
+        threading.Thread(target=env.step, args=[format_tool_call("wait", {{"seconds": 600}})]).start()
+        time.sleep(1.0)
         print(json.dumps([p.pid for p in psutil.Process().children(recursive=True)]), flush=True)
         time.sleep(600)
     """)

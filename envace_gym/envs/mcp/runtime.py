@@ -196,7 +196,8 @@ class Runtime:
         self._refill()
         session.ready.wait()
         if session.error is not None or session.done.is_set():
-            raise ServerError(f"the MCP server {self.spec.name} did not start: {_describe(session.error)}")
+            raise ServerError(f"cannot open a session on the MCP server {self.spec.name} (it did not start or "
+                              f"cannot be reached): {_describe(session.error)}")
         with self._lock:
             self.live.add(session)
         return session
