@@ -251,14 +251,14 @@ class Runtime:
             self._thread.join(self.startup_timeout)
 
     # requests ------------------------------------------------------------
-    def request(self, session: Session, method: str, *args: Any) -> Any:
-        """``session.client.<method>(*args)`` within the call timeout. Raises :class:`ServerError`
+    def request(self, session: Session, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``session.client.<method>(*args, **kwargs)`` within the call timeout. Raises :class:`ServerError`
         when the server is gone or does not answer in time (the session is then ended);
         ``MCPError`` for a protocol error, pydantic's ``ValidationError`` for a malformed result."""
 
         async def bounded():
             with anyio.fail_after(self.call_timeout):
-                return await getattr(session.client, method)(*args)
+                return await getattr(session.client, method)(*args, **kwargs)
 
         try:
             return self.portal.call(bounded)

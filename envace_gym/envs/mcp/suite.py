@@ -77,8 +77,12 @@ class MCPSuite(Suite):
             runtime = self.runtime
             session = runtime.open(self._fresh_state())
             try:
-                listed = runtime.request(session, "list_tools")
-                self._server_tools = [function_schema(t) for t in listed.tools]
+                page = runtime.request(session, "list_tools")
+                tools = list(page.tools)
+                while page.next_cursor:
+                    page = runtime.request(session, "list_tools", cursor=page.next_cursor)
+                    tools += page.tools
+                self._server_tools = [function_schema(t) for t in tools]
             finally:
                 runtime.give_back(session)  # tools/list changes nothing: the session stays warm
         return self._server_tools
@@ -135,7 +139,7 @@ class MCPSuite(Suite):
                 if call["turn"] == turn:
                     steps.setdefault(call["step"], []).append(format_tool_call(call["name"], call["arguments"]))
             plan += ["\n".join(calls) for calls in steps.values()]
-            plan.append((task.data or {}).get("answer") or "Done." if turn == turns - 1 else "Done.")
+            plan.append(((task.data or {}).get("answer") or "Done.") if turn == turns - 1 else "Done.")
         return plan
 
     def recordings(self, task: Task) -> dict[tuple[str, str], list[str]]:
@@ -168,7 +172,7 @@ class MCPEnv(EnvACEEnv):
         failure = getattr(self.episode.world, "failure", None)
         if failure is None or self.episode.ended_by == "error":
             return result
-        obs, reward, terminated, truncated, info = result
+        info = result[-1]
         self._fail(f"the episode's MCP world failed: {failure}")
         info.update(role="act", error=self._error)
         return self._obs(), self._score(info), True, False, info
