@@ -296,6 +296,8 @@ def train(
     roles: Annotated[str, typer.Option(help="Roles trained: act,rehearse | act | rehearse.")] = "act,rehearse",
     baseline: Annotated[str, typer.Option(help="episode or row.")] = "episode",
     kl_coef: Annotated[float, typer.Option(help="KL penalty to the initial model.")] = 0.0,
+    clip_eps: Annotated[float, typer.Option(help="PPO clip range of the ratio.")] = 0.2,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (the ratios' too).")] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens per generation.")] = 64,
     max_turns: Annotated[int, typer.Option(help="Agent turns per episode.")] = 8,
     eval_every: Annotated[int, typer.Option(help="Evaluate every N steps (0: never).")] = 5,
@@ -308,11 +310,14 @@ def train(
     gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward.")] = False,
     minibatch_tokens: Annotated[int, typer.Option(help="Pack minibatches up to this many padded tokens "
                                                        "(0: minibatches of 4 rows).")] = 0,
+    fsdp: Annotated[bool, typer.Option(help="Shard weights, gradients and Adam states over the launched "
+                                            "processes (torch FSDP2) instead of DDP.")] = False,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")] = False,
 ) -> None:
     """Role-wise GRPO: train one model to act and to rehearse, evaluate it in the real env.
 
-    Several processes: ``accelerate launch [--multi_gpu --num_processes N] -m envace_gym.cli train ...``.
+    Several processes: ``accelerate launch [--multi_gpu --num_processes N] -m envace_gym.cli train ...``
+    (add ``--fsdp`` to shard the model over them).
     """
     from envace_gym.training import CheckpointError, TrainConfig, Trainer
 
@@ -324,10 +329,12 @@ def train(
                              reward=reward, split=split, eval_split=eval_split, group_size=group_size,
                              tasks_per_step=tasks_per_step, steps=steps,
                              lr=lr, roles=roles.split(","), baseline=baseline, kl_coef=kl_coef,
+                             clip_eps=clip_eps, temperature=temperature,
                              max_new_tokens=max_new_tokens, max_turns=max_turns, eval_every=eval_every,
                              save_every=save_every, seed=seed, lora_rank=lora_rank,
                              rehearsal_format=rehearsal_format, bf16=bf16,
-                             gradient_checkpointing=gradient_checkpointing, minibatch_tokens=minibatch_tokens)
+                             gradient_checkpointing=gradient_checkpointing, minibatch_tokens=minibatch_tokens,
+                             fsdp=fsdp)
         trainer = Trainer(config)
         if resume:
             trainer.resume()

@@ -1,5 +1,6 @@
 """The trainer's precision and memory options on CPU: bf16, gradient checkpointing, token budgets."""
 
+import pytest
 import torch
 
 from envace_gym.training import TrainConfig, Trainer, grpo_loss, token_logprobs
@@ -71,3 +72,8 @@ def test_a_token_budget_bounds_the_tokens_of_every_forward(tiny, tmp_path):
     record = trainer.train_step()
     assert 0 < record["forward_tokens"] <= 2_500
     assert record["loss/act"] == record["loss/act"]  # a number: bf16 and checkpointing ran
+
+
+def test_fsdp_is_refused_with_lora(tiny, tmp_path):
+    with pytest.raises(ValueError, match="fsdp with lora_rank"):
+        TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-mock-gen-v0", out=str(tmp_path), fsdp=True, lora_rank=4)

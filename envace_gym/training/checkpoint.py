@@ -27,11 +27,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def save(folder: Path, model, tokenizer, state: dict) -> Path:
-    """Write ``model``, ``tokenizer`` and the training ``state`` (tensors and plain data) to ``folder``."""
+def save(folder: Path, model, tokenizer, state: dict, weights: dict | None = None) -> Path:
+    """Write ``model``, ``tokenizer`` and the training ``state`` (tensors and plain data) to
+    ``folder``; ``weights``: the model's full state dict when the model holds only a shard."""
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, **({} if weights is None else {"state_dict": weights}))
     tokenizer.save_pretrained(tmp)
     torch.save(state, tmp / "state.pt")
     files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
@@ -75,9 +76,9 @@ def verify(folder: Path, needed: tuple[str, ...] = ()) -> None:
 
 def load_state(folder: Path, weights: str) -> dict:
     """The training state of a verified checkpoint whose model weights are the file ``weights``
-    (loaded by the caller)."""
+    (loaded by the caller); its tensors are mapped from the file, read when used."""
     verify(folder, ("state.pt", weights))
-    return torch.load(folder / "state.pt", weights_only=True)
+    return torch.load(folder / "state.pt", weights_only=True, mmap=True)
 
 
 def latest(out: Path) -> Path | None:

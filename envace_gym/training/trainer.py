@@ -8,6 +8,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class TrainConfig:
     bf16: bool = False  # forward passes under bf16 autocast; weights, gradients and optimizer stay fp32
     gradient_checkpointing: bool = False  # recompute each layer's activations in backward
     minibatch_tokens: int = 0  # > 0: minibatches packed up to this many (padded) tokens, not `minibatch` rows
+    fsdp: bool = False  # under a process group: weights, gradients and Adam states sharded (torch FSDP2)
     engine_kwargs: dict = field(default_factory=dict)  # for vllm:PATH models: passed to vllm.LLM
     env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments, e.g. user_kwargs
 
@@ -69,6 +71,8 @@ class TrainConfig:
         for name in ("eval_every", "save_every", "lora_rank", "minibatch_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)!r}")
+        if self.fsdp and self.lora_rank:
+            raise ValueError("fsdp with lora_rank is not supported: LoRA trains few weights; drop fsdp")
 
 
 class Trainer:
@@ -84,6 +88,13 @@ class Trainer:
     every minibatch is split across the processes row by row with each role's loss
     normalised by the whole minibatch's token count, so the update is the one a single
     process makes on the same global batch.
+
+    With ``fsdp`` (under ``accelerate launch``) the model is sharded in place by torch's
+    ``fully_shard`` instead of being wrapped in DDP: one unit per transformer block, the
+    embeddings, final norm and head in the root. The update is the same; checkpoints and
+    weight pushes gather the full state dict first, so every process takes part in them.
+    With ``hf`` generation every process gathers the whole weights before it plays its
+    episodes (its forwards then need no other process) and drops them after.
     """
 
     def __init__(self, config: TrainConfig):
@@ -148,10 +159,26 @@ class Trainer:
         return out.float().cpu()
 
     def _prepare_optimizer(self) -> None:
-        """AdamW on the trainable weights, through accelerate, and a linear decay over ``cfg.steps``."""
+        """AdamW on the trainable weights, through accelerate (the model in DDP, or sharded in
+        place with ``fsdp``), and a linear decay over ``cfg.steps``."""
+        from accelerate.utils import DistributedType
+
+        if self.accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+            raise ValueError("launch with a multi-GPU (or multi-CPU) accelerate config and pass fsdp: "
+                             "the trainer shards the model itself")
+        # over the process group (one GPU under torchrun too); SFTConfig has no fsdp
+        self.sharded = getattr(self.cfg, "fsdp", False) and torch.distributed.is_initialized()
+        if self.sharded:
+            shard(self.model)
+            self.train_model = self.model
+            if self.engine is None:  # hf generation runs on whole weights (_unsharded): no process waits
+                self.agent.sampling["synced_gpus"] = False  # for another, as transformers would under FSDP
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.train_model, self.optimizer = self.accelerator.prepare(
-            self.model, torch.optim.AdamW(trainable, lr=self.cfg.lr))
+        optimizer = torch.optim.AdamW(trainable, lr=self.cfg.lr)
+        if self.sharded:
+            self.optimizer = self.accelerator.prepare(optimizer)
+        else:
+            self.train_model, self.optimizer = self.accelerator.prepare(self.model, optimizer)
         # linear decay over training steps (not optimizer steps: prompted rows vary in number)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda k: max(0.0, 1.0 - k / self.cfg.steps))
@@ -167,6 +194,38 @@ class Trainer:
     def _my_tasks(self, tasks):
         return list(tasks)[self.rank::self.world]
 
+    @contextmanager
+    def _unsharded(self):
+        """Under FSDP with the trained model generating (no vLLM engine): the whole weights on
+        every process (gathered together once), so that each process's forwards need no other
+        and processes may generate different numbers of times; sharded again after."""
+        if not self.sharded or self.engine is not None:
+            yield
+            return
+        from torch.distributed.fsdp import FSDPModule
+
+        units = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
+        self.model.set_reshard_after_forward(False)
+        for unit in units:
+            unit.unshard()
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.reshard()
+            self.model.set_reshard_after_forward(True)
+            self.model.set_reshard_after_forward(False, recurse=False)  # FSDP's default for the root
+
+    def _full_weights(self, on_every_process: bool = False) -> dict[str, torch.Tensor]:
+        """The model's whole weights by checkpoint name. Sharded, they are gathered (every
+        process must call this) onto the main process's CPU, or onto every process's device."""
+        if not self.sharded:
+            return self.model.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(self.model, options=StateDictOptions(
+            full_state_dict=True, cpu_offload=not on_every_process))
+
     # the loop ---------------------------------------------------------------
     def train(self) -> list[dict]:
         records = []
@@ -179,9 +238,10 @@ class Trainer:
             board = SummaryWriter(str(self.out / "tensorboard"), purge_step=self.step + 1)
         while self.step < self.cfg.steps:
             record = self.train_step()
-            if main and self.cfg.eval_every and (self.step % self.cfg.eval_every == 0
-                                                 or self.step == self.cfg.steps):
-                record.update(self.evaluate())
+            if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
+                with self._unsharded():
+                    if main:
+                        record.update(self.evaluate())
             records.append(record)
             if main:
                 with (self.out / "metrics.jsonl").open("a") as f:
@@ -192,8 +252,7 @@ class Trainer:
                         board.add_scalar(key, value, self.step)
                 board.flush()
             if (self.cfg.save_every and self.step % self.cfg.save_every == 0) or self.step == self.cfg.steps:
-                if main:
-                    self.save()
+                self.save()
                 self.accelerator.wait_for_everyone()
         if board is not None:
             board.close()
@@ -208,8 +267,9 @@ class Trainer:
         self.cursor += self.cfg.tasks_per_step
         self.model.eval()
         mine = self._my_tasks(range(len(tasks)))
-        rollouts = collect(self.agent, self.envs, [tasks[i] for i in mine], self.cfg.group_size,
-                           seed=self.cfg.seed + 1000 * self.step + 100 * self.rank)
+        with self._unsharded():
+            rollouts = collect(self.agent, self.envs, [tasks[i] for i in mine], self.cfg.group_size,
+                               seed=self.cfg.seed + 1000 * self.step + 100 * self.rank)
         for r in rollouts:  # the task's index in the step and a batch-wide episode id, as on one process
             r.episode = mine[r.group] * self.cfg.group_size + r.episode % self.cfg.group_size
             r.group = mine[r.group]
@@ -309,8 +369,9 @@ class Trainer:
         if self.engine is None:
             return
         served = hasattr(self.engine, "weights_dir")
+        weights = self._full_weights(on_every_process=not served)
         if not served or self.accelerator.is_main_process:
-            self.engine.load_weights(self.model.state_dict().items())
+            self.engine.load_weights(weights.items())
         if served:
             self.accelerator.wait_for_everyone()
 
@@ -326,20 +387,35 @@ class Trainer:
                 "eval/parsed": statistics.fmean(c["parsed"] for c in calls) if calls else None}
 
     # checkpoints ------------------------------------------------------------
-    def save(self) -> Path:
-        state = {"step": self.step, "cursor": self.cursor, "optimizer": self.optimizer.state_dict(),
+    def save(self) -> Path | None:
+        """Write ``step-N`` from the main process (None elsewhere). Sharded, every process must
+        call this: the weights and Adam states are gathered whole first. Adam states are keyed
+        by weight name, so any number of processes, sharded or not, resumes them."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        main = self.accelerator.is_main_process
+        if not (main or self.sharded):
+            return None
+        weights = self._full_weights() if self.sharded else None  # None: save_pretrained's own
+        optimizer = get_optimizer_state_dict(self.model, self.optimizer.optimizer, options=StateDictOptions(
+            full_state_dict=self.sharded, cpu_offload=self.sharded))
+        if not main:
+            return None
+        state = {"step": self.step, "cursor": self.cursor, "optimizer": optimizer,
                  "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
                  "python_rng": list(random.getstate()[1]), "config": self._config_json()}
         (self.out / "config.json").write_text(self._config_json(indent=1))
-        return checkpoint.save(self.out / f"step-{self.step}", self.model, self.tokenizer, state)
+        return checkpoint.save(self.out / f"step-{self.step}", self.model, self.tokenizer, state, weights)
 
     def _config_json(self, indent: int | None = None) -> str:
         """The config as JSON; a callable reward is written by its name."""
         return json.dumps(asdict(self.cfg), indent=indent, default=lambda o: getattr(o, "__name__", repr(o)))
 
     def resume(self) -> None:
-        """Continue from the latest checkpoint in ``out`` (refused whole if it is damaged)."""
+        """Continue from the latest checkpoint in ``out`` (refused whole if it is damaged); every
+        process calls this."""
         from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         folder = checkpoint.latest(self.out)
         if folder is None:
@@ -354,13 +430,16 @@ class Trainer:
             if result.unexpected_keys:
                 raise checkpoint.CheckpointError(f"{folder} does not hold this run's adapter")
         else:
-            weights = load_file(folder / weights_file)
-            missing, unexpected = self.model.load_state_dict(weights, strict=False)
-            if unexpected or [k for k in missing if "lm_head" not in k]:
-                raise checkpoint.CheckpointError(f"{folder} does not hold this model's weights")
-            self.model.tie_weights()
+            self._load_full_weights(folder / weights_file)
         self._sync_engine()
-        self.optimizer.load_state_dict(state["optimizer"])
+        adam = state["optimizer"]
+        if not self.sharded and isinstance(adam["param_groups"][0]["params"][0], int):
+            self.optimizer.load_state_dict(adam)  # a checkpoint written before states were keyed by name
+        else:
+            main = self.accelerator.is_main_process
+            set_optimizer_state_dict(self.model, self.optimizer.optimizer, adam if main or not self.sharded else {},
+                                     options=StateDictOptions(full_state_dict=self.sharded,
+                                                              broadcast_from_rank0=self.sharded))
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate((3, tuple(state["python_rng"]), None))
@@ -369,6 +448,39 @@ class Trainer:
         if metrics.exists():  # drop what a killed run logged after its last checkpoint
             kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= self.step]
             metrics.write_text("".join(line + "\n" for line in kept))
+
+    def _load_full_weights(self, path: Path) -> None:
+        """Load a whole ``model.safetensors`` (refused unless it names this model's weights; a
+        tied head may be absent); sharded, the main process reads it and sends each its shards."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(str(path), "pt") as f:
+            saved = set(f.keys())
+        names = set(self.model.state_dict())
+        if saved - names or [k for k in names - saved if "lm_head" not in k]:
+            raise checkpoint.CheckpointError(f"{path.parent} does not hold this model's weights")
+        if not self.sharded:
+            self.model.load_state_dict(load_file(path), strict=False)
+            self.model.tie_weights()
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        weights = load_file(path) if self.accelerator.is_main_process else {}
+        set_model_state_dict(self.model, weights, options=StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=True, strict=False))
+
+
+def shard(model) -> None:
+    """FSDP2 in place over the default process group: each transformer block (the model's
+    ``_no_split_modules``) its own unit, the rest (embeddings, final norm, head) the root's."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module)
+    fully_shard(model)
 
 
 def minibatches(lengths: list[int], rows: int, tokens: int = 0) -> list[list[int]]:
