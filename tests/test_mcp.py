@@ -520,6 +520,8 @@ def test_task_files_are_checked_line_by_line(tmp_path):
                     + json.dumps({"id": "b", "usr": "typo"}) + "\n")
     with pytest.raises(ValueError, match=r"tasks.jsonl:2: not a task"):
         load_tasks(path)
+    with pytest.raises(ValueError, match="'a' appears twice"):
+        as_tasks([{"id": "a", "user": "hi"}, {"id": "a", "user": "again"}])
     env = make_env(None, tasks=[{"id": "a", "user": "hi"}], dynamics="replay")
     with pytest.raises(ValueError, match="no gold calls"):
         env.reset(seed=0)

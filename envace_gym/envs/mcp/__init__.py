@@ -15,7 +15,7 @@ from typing import Any
 from envace_gym.suite import Task
 from envace_gym.envs.mcp.runtime import Http, InProcess, ServerError, Stdio
 from envace_gym.envs.mcp.suite import MCPEnv, MCPSuite, function_schema
-from envace_gym.envs.mcp.tasks import TaskRecord, finmcp_tasks, load_finmcp, load_tasks
+from envace_gym.envs.mcp.tasks import TaskRecord, finmcp_tasks, load_finmcp, load_tasks, unique_ids
 from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld, response_of
 
 SUITE_OPTIONS = ("name", "deterministic", "pool_size", "call_timeout", "startup_timeout")
@@ -30,7 +30,7 @@ def as_tasks(tasks: str | Path | Sequence[Task | dict | str]) -> list[Task]:
         if isinstance(task, str):
             task = {"id": str(i), "user": task}
         out.append(task if isinstance(task, Task) else TaskRecord.model_validate(task).task())
-    return out
+    return unique_ids(out, "the tasks")
 
 
 def make_env(server: Any, tasks: str | Path | Sequence[Task | dict | str], **kwargs) -> MCPEnv:

@@ -164,16 +164,20 @@ class Runtime:
             await portal.sleep_until_stopped()
 
     # sessions ------------------------------------------------------------
-    def _start(self, state: Any = None) -> Session:
-        target = self.spec.target(state) if isinstance(self.spec, InProcess) else self.spec.target()
-        session = Session(target, state)
+    def _session(self, state: Any = None) -> Session:
+        return Session(self.spec.target(state) if isinstance(self.spec, InProcess) else self.spec.target(), state)
+
+    def _start(self, session: Session) -> Session:
         self.portal.start_task_soon(session.hold, self.startup_timeout)
         return session
 
     def _refill(self) -> None:
-        with self._lock:
-            while not self._closed and len(self._spares) < self.pool_size:
-                self._spares.append(self._start())
+        with self._lock:  # the sessions are made under the lock, started outside it (the loop may need it)
+            missing = 0 if self._closed else self.pool_size - len(self._spares)
+            new = [self._session() for _ in range(missing)]
+            self._spares.extend(new)
+        for session in new:
+            self._start(session)
 
     def open(self, state: Any = None) -> Session:
         """A ready session for a new world (a warm spare where there is one); raises
@@ -192,7 +196,7 @@ class Runtime:
                 if session.done.is_set():  # a spare whose server died while it waited
                     session = None
         if session is None:
-            session = self._start(state)
+            session = self._start(self._session(state))
         self._refill()
         session.ready.wait()
         if session.error is not None or session.done.is_set():
@@ -232,6 +236,9 @@ class Runtime:
 
     def close(self) -> None:
         """Stop every session and the loop; each stdio server is gone when this returns."""
+        if threading.current_thread() is self._thread:  # a finalizer the loop itself runs: close from outside
+            threading.Thread(target=self.close, daemon=True).start()
+            return
         with self._lock:
             if self._closed:
                 return
@@ -243,12 +250,11 @@ class Runtime:
             self.release(session)
         for session in sessions:
             session.done.wait(self.startup_timeout)
-        if threading.current_thread() is not self._thread:
-            try:
-                self.portal.call(self.portal.stop)
-            except RuntimeError:
-                pass
-            self._thread.join(self.startup_timeout)
+        try:
+            self.portal.call(self.portal.stop)
+        except RuntimeError:  # already stopped
+            pass
+        self._thread.join(self.startup_timeout)
 
     # requests ------------------------------------------------------------
     def request(self, session: Session, method: str, *args: Any, **kwargs: Any) -> Any:

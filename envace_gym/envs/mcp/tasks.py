@@ -74,14 +74,15 @@ def load_tasks(path: str | Path) -> list[Task]:
             tasks.append(TaskRecord.model_validate(record).task())
         except ValidationError as e:
             raise ValueError(f"{path}:{n}: not a task: {e}") from None
-    return _unique(tasks, path)
+    return unique_ids(tasks, path)
 
 
-def _unique(tasks: list[Task], path) -> list[Task]:
+def unique_ids(tasks: list[Task], where) -> list[Task]:
+    """``tasks``, refused with a ValueError if two share an id."""
     seen = set()
     for task in tasks:
         if task.id in seen:
-            raise ValueError(f"{path}: the task id {task.id!r} appears twice")
+            raise ValueError(f"{where}: the task id {task.id!r} appears twice")
         seen.add(task.id)
     return tasks
 
@@ -164,4 +165,4 @@ def load_finmcp(path: str | Path, teacher_forced: bool = False) -> list[Task]:
             tasks += finmcp_tasks(sample, teacher_forced)
         except (KeyError, TypeError, ValueError, ValidationError) as e:
             raise ValueError(f"{path}:{n}: not a FinMCP-Bench sample: {type(e).__name__}: {e}") from None
-    return _unique(tasks, path)
+    return unique_ids(tasks, path)
