@@ -29,4 +29,4 @@ second = resumed._full_weights()
 if resumed.accelerator.is_main_process:
     torch.save({"world": resumed.world, "sharded": [trainer.sharded, resumed.sharded], "first": first,
                 "second": second}, sys.argv[3])
-Trainer(replace(config, out=sys.argv[4], steps=2, eval_every=2)).train()
+Trainer(replace(config, out=sys.argv[4], steps=2, eval_every=2, eval_tasks=1)).train()

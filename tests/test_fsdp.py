@@ -103,3 +103,11 @@ def test_a_checkpoint_with_adam_states_keyed_by_position_still_resumes(runs, tmp
     resumed.resume()
     for kept, loaded in zip(trainer.optimizer.optimizer.state.values(), resumed.optimizer.optimizer.state.values()):
         assert torch.equal(kept["exp_avg_sq"], loaded["exp_avg_sq"])
+
+
+def test_a_checkpoint_saved_before_any_update_resumes_without_adam_states(runs, tmp_path):
+    config = replace(runs[0], out=str(tmp_path), fsdp=False)
+    Trainer(config).save()
+    resumed = Trainer(config)
+    resumed.resume()
+    assert resumed.step == 0 and not resumed.optimizer.optimizer.state

@@ -397,8 +397,10 @@ class Trainer:
         if not (main or self.sharded):
             return None
         weights = self._full_weights() if self.sharded else None  # None: save_pretrained's own
-        optimizer = get_optimizer_state_dict(self.model, self.optimizer.optimizer, options=StateDictOptions(
-            full_state_dict=self.sharded, cpu_offload=self.sharded))
+        adam = self.optimizer.optimizer
+        # None before the first update: torch's API would take a zero step to create the states
+        optimizer = get_optimizer_state_dict(self.model, adam, options=StateDictOptions(
+            full_state_dict=self.sharded, cpu_offload=self.sharded)) if adam.state else None
         if not main:
             return None
         state = {"step": self.step, "cursor": self.cursor, "optimizer": optimizer,
@@ -433,7 +435,9 @@ class Trainer:
             self._load_full_weights(folder / weights_file)
         self._sync_engine()
         adam = state["optimizer"]
-        if not self.sharded and isinstance(adam["param_groups"][0]["params"][0], int):
+        if adam is None:  # saved before the first update
+            pass
+        elif not self.sharded and isinstance(adam["param_groups"][0]["params"][0], int):
             self.optimizer.load_state_dict(adam)  # a checkpoint written before states were keyed by name
         else:
             main = self.accelerator.is_main_process
