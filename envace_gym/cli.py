@@ -123,8 +123,13 @@ def resolve(argument: str | None, option: str | None) -> str:
 
 
 def describe(env_id: str) -> dict:
-    """An id's suite, task count, default split and task count per split."""
-    env = gym.make(env_id).unwrapped
+    """An id's suite, task count, default split and task count per split; for an id whose suite
+    cannot load here (VitaBench without ``VITABENCH_ROOT``), why not."""
+    try:
+        env = gym.make(env_id).unwrapped
+    except ImportError as e:
+        return {"id": env_id, "suite": None, "tasks": None, "default_split": None, "splits": {},
+                "unavailable": str(e)}
     suite = env.suite
     return {"id": env_id, "suite": suite.name, "tasks": len(suite.task_ids(None)), "default_split": env.split,
             "splits": {split: len(suite.task_ids(split)) for split in suite.splits()}}
@@ -148,7 +153,10 @@ def list_envs(
     for r in rows:
         splits = " · ".join(f"{name} {n}{'*' if name == r['default_split'] else ''}"
                             for name, n in r["splits"].items())
-        table.add_row(r["id"], r["suite"], str(r["tasks"]), splits or "none: all tasks")
+        if "unavailable" in r:
+            table.add_row(r["id"], "-", "-", f"unavailable: {r['unavailable']}")
+        else:
+            table.add_row(r["id"], r["suite"], str(r["tasks"]), splits or "none: all tasks")
     console.print(table)
 
 

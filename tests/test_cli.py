@@ -1,9 +1,11 @@
 import json
 import statistics
 
+import gymnasium as gym
 import pandas as pd
 from typer.testing import CliRunner
 
+import envace_gym
 from envace_gym.cli import app
 
 runner = CliRunner()
@@ -174,6 +176,22 @@ def test_list_shows_full_ids_task_counts_and_splits():
     assert rows["EnvACE/tau2-mock-v0"] == {"id": "EnvACE/tau2-mock-v0", "suite": "mock", "tasks": 9,
                                            "default_split": "base", "splits": {"base": 9}}
     assert rows["EnvACE/tau2-mock-gen-v0"]["splits"] == {"test": 200, "train": 5000}
+
+
+def _missing_checkout():
+    raise ImportError("the suite needs a checkout: set ITS_ROOT")
+
+
+def test_list_names_a_suite_that_cannot_load_and_lists_the_rest(monkeypatch):
+    """As VitaBench's ids do without VITABENCH_ROOT."""
+    monkeypatch.setitem(envace_gym.ENV_IDS, "EnvACE/tau2-retail-missing-v0", (f"{__name__}:_missing_checkout", {}))
+    monkeypatch.setitem(gym.registry, "EnvACE/tau2-retail-missing-v0", gym.envs.registration.EnvSpec(
+        "EnvACE/tau2-retail-missing-v0", entry_point=_missing_checkout))
+    result = runner.invoke(app, ["list", "tau2-retail", "--json"])
+    assert result.exit_code == 0
+    rows = {r["id"]: r for r in json.loads(result.output)}
+    assert "ITS_ROOT" in rows["EnvACE/tau2-retail-missing-v0"]["unavailable"]
+    assert rows["EnvACE/tau2-retail-v0"]["tasks"] == 114
 
 
 def test_records_carry_env_split_seed_and_shadow_fidelity_and_the_summary_a_standard_error(tmp_path):
