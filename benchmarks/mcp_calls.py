@@ -3,14 +3,15 @@
 Per call: ``await client.call_tool(...)`` on an SDK ``Client`` in its own event loop
 against one ``env.step`` (parsing, JSON Schema validation, the call through the env's
 background portal, the response's conversion and checks) and against the world's
-``execute`` alone, all on the bank server of tests/mcp_server.py over stdio.
+``execute`` alone, all on the bank server of tests/mcp_server.py over stdio; and the
+portal's round trip to the loop thread with no request.
 
 Reset: the seconds ``env.reset`` takes after an episode that made one call (so its
 server is used up), with the warm pool (``pool_size=1``; the spare had the length of
 an episode, ``--episode-seconds``, to start) and without it (``pool_size=0``: every
 reset launches a server), and with the pool when resets come back to back.
 
-    python benchmarks/mcp_calls.py [--calls 600] [--rounds 3] [--resets 8] [--episode-seconds 3]
+    python benchmarks/mcp_calls.py [--calls 600] [--rounds 3] [--resets 8] [--episode-seconds 5]
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ def sdk_side(calls: int) -> list[float]:
     return anyio.run(run)
 
 
-def env_side(env, calls: int) -> tuple[list[float], list[float]]:
-    steps, executes = [], []
+async def nothing() -> None:
+    return None
+
+
+def env_side(env, calls: int) -> tuple[list[float], list[float], list[float]]:
+    steps, executes, hops = [], [], []
     for _ in range(calls):
         start = time.perf_counter()
         env.step(ACTION)
@@ -56,7 +61,11 @@ def env_side(env, calls: int) -> tuple[list[float], list[float]]:
         start = time.perf_counter()
         world.execute("get_balance", ARGUMENTS)
         executes.append(time.perf_counter() - start)
-    return steps, executes
+    for _ in range(calls):
+        start = time.perf_counter()
+        world.runtime.portal.call(nothing)
+        hops.append(time.perf_counter() - start)
+    return steps, executes, hops
 
 
 def reset_side(pool_size: int, resets: int, pause: float) -> list[float]:
@@ -82,19 +91,21 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--resets", type=int, default=8)
-    parser.add_argument("--episode-seconds", type=float, default=3.0)
+    parser.add_argument("--episode-seconds", type=float, default=5.0)
     args = parser.parse_args()
     env = make_env(SERVER, ["benchmark"], max_turns=None)
     env.reset(seed=0)
-    sdk, steps, executes = [], [], []
+    sdk, steps, executes, hops = [], [], [], []
     for _ in range(args.rounds):  # the sides take turns, so that a change in machine load hits both
         sdk += sdk_side(args.calls // args.rounds)
-        more_steps, more_executes = env_side(env, args.calls // args.rounds)
+        more_steps, more_executes, more_hops = env_side(env, args.calls // args.rounds)
         steps += more_steps
         executes += more_executes
+        hops += more_hops
     env.close()
     print(f"get_balance over stdio, {len(sdk)} calls each, in {args.rounds} alternating rounds")
     print(row("SDK Client.call_tool (bare)", sdk, 1e3, "ms"))
+    print(row("portal round trip, no request", hops, 1e3, "ms"))
     print(row("envace-gym world.execute", executes, 1e3, "ms"))
     print(row("envace-gym env.step (one call)", steps, 1e3, "ms"))
     overhead = statistics.median(steps) - statistics.median(sdk)
