@@ -55,15 +55,20 @@ def run_seed(seed: int, args) -> dict:
     else:
         init, lr = tiny_model(out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed, env_id=ENV_ID), args.lr
     sft = SFT(SFTConfig(model=f"hf:{init}", env_id=ENV_ID, out=str(out / "warm"), max_episodes=args.warm_episodes,
-                        batch=8, minibatch=8, steps=args.warm_steps, lr=10 * lr, save_every=0, seed=seed,
+                        batch=args.warm_batch, minibatch=args.warm_batch, steps=args.warm_steps, lr=10 * lr, save_every=0, seed=seed,
                         lora_rank=args.lora_rank, tensorboard=False))
     row = {"seed": seed, "before": evaluate(sft, init, args)}
     sft.train()
     row["warm"] = evaluate(sft, init, args)
     print(f"seed {seed} before {row['before']}\nseed {seed} warm {row['warm']}", flush=True)
+    warm = latest(out / "warm")
+    if args.lora_rank:  # the warm adapter merged into the base: each condition trains a fresh adapter on it
+        warm = out / "warm-merged"
+        sft.model.merge_and_unload().save_pretrained(warm)
+        sft.tokenizer.save_pretrained(warm)
     for name, (dynamics, roles) in CONDITIONS.items():
         trainer = Trainer(TrainConfig(
-            model=f"hf:{latest(out / 'warm')}", env_id=ENV_ID, out=str(out / name), dynamics=dynamics, roles=roles,
+            model=f"hf:{warm}", env_id=ENV_ID, out=str(out / name), dynamics=dynamics, roles=roles,
             reward="actions_share", group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
             lr=lr, max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
             lora_rank=args.lora_rank, tensorboard=False, seed=seed))
@@ -126,6 +131,7 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=0, help="> 0: SmolLM2-135M with LoRA instead")
     parser.add_argument("--warm-episodes", type=int, default=2000)
     parser.add_argument("--warm-steps", type=int, default=500)
+    parser.add_argument("--warm-batch", type=int, default=8, help="episodes per warm-start step")
     parser.add_argument("--steps", type=int, default=8, help="GRPO steps per condition")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--tasks-per-step", type=int, default=2)
