@@ -57,6 +57,14 @@ def test_the_sharded_update_is_the_one_process_update(runs):
     _close(sharded["first"], first)
 
 
+def test_weight_pushes_gather_the_whole_weights(runs):
+    """To a served engine from the main process, to an in-process one on every process (checked there)."""
+    sharded = runs[-1]
+    for pushed in sharded["pushed"]:
+        assert set(pushed) == set(sharded["first"])
+        assert all(torch.equal(pushed[k], v) for k, v in sharded["first"].items())
+
+
 def test_a_sharded_checkpoint_resumes_sharded(runs):
     """The resumed run's next update is the uninterrupted run's: weights and Adam states came back."""
     _, _, _, _, second, sharded = runs
