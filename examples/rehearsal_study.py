@@ -48,25 +48,42 @@ def evaluate(policy, path, args) -> dict:
     return held_out(env, agent, env.unwrapped.task_ids[:args.eval_tasks])
 
 
-def run_seed(seed: int, args) -> dict:
+def warm_start(seed: int, init: Path, lr: float, args) -> tuple[dict, Path]:
+    """The warm start's model (trained here, or the one ``--warm-from`` holds for this seed) and
+    the evaluations before and after it."""
     out = args.out / f"seed{seed}"
-    if args.lora_rank:
-        init, lr = smollm2_path(), args.lr / 10
-    else:
-        init, lr = tiny_model(out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed, env_id=ENV_ID), args.lr
+    if args.warm_from:
+        warm = args.warm_from / f"seed{seed}" / "warm-merged" if args.lora_rank \
+            else latest(args.warm_from / f"seed{seed}" / "warm")
+        return {"before": evaluate(HFAgent(init), init, args), "warm": evaluate(HFAgent(warm), init, args)}, warm
     sft = SFT(SFTConfig(model=f"hf:{init}", env_id=ENV_ID, out=str(out / "warm"), max_episodes=args.warm_episodes,
-                        batch=args.warm_batch, minibatch=args.warm_batch, steps=args.warm_steps, lr=10 * lr, save_every=0, seed=seed,
-                        lora_rank=args.lora_rank, tensorboard=False))
-    row = {"seed": seed, "before": evaluate(sft, init, args)}
+                        batch=args.warm_batch, minibatch=args.warm_batch, steps=args.warm_steps, lr=10 * lr,
+                        save_every=0, seed=seed, lora_rank=args.lora_rank, tensorboard=False))
+    row = {"before": evaluate(sft, init, args)}
     sft.train()
     row["warm"] = evaluate(sft, init, args)
-    print(f"seed {seed} before {row['before']}\nseed {seed} warm {row['warm']}", flush=True)
     warm = latest(out / "warm")
     if args.lora_rank:  # the warm adapter merged into the base: each condition trains a fresh adapter on it
         warm = out / "warm-merged"
         sft.model.merge_and_unload().save_pretrained(warm)
         sft.tokenizer.save_pretrained(warm)
-    for name, (dynamics, roles) in CONDITIONS.items():
+    return row, warm
+
+
+def run_seed(seed: int, args) -> dict:
+    out = args.out / f"seed{seed}"
+    if args.lora_rank:
+        init, lr = smollm2_path(), args.lr / 10
+    elif args.warm_from:
+        init, lr = args.warm_from / f"seed{seed}" / "init", args.lr
+    else:
+        init, lr = tiny_model(out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed,
+                              env_id=ENV_ID), args.lr
+    phases, warm = warm_start(seed, init, lr, args)
+    row = {"seed": seed, **phases}
+    print(f"seed {seed} before {row['before']}\nseed {seed} warm {row['warm']}", flush=True)
+    for name in args.conditions:
+        dynamics, roles = CONDITIONS[name]
         trainer = Trainer(TrainConfig(
             model=f"hf:{warm}", env_id=ENV_ID, out=str(out / name), dynamics=dynamics, roles=roles,
             reward="actions_share", group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
@@ -85,11 +102,15 @@ def run_seed(seed: int, args) -> dict:
     return row
 
 
+def ran(results: list[dict]) -> list[str]:
+    return [name for name in CONDITIONS if name in results[0]]
+
+
 def summarize(results: list[dict]) -> dict:
     """Mean over seeds of each phase's metrics, and per seed the GRPO gain in real reward and gold share."""
     table = {phase: {m: statistics.fmean(r[phase][m] for r in results) for m in METRICS}
              for phase in ("before", "warm")}
-    for name in CONDITIONS:
+    for name in ran(results):
         table[name] = {m: statistics.fmean(r[name][-1][m] for r in results) for m in METRICS}
         table[name]["real_calls"] = statistics.fmean(r[name][-1]["real_calls"] for r in results)
         for m in ("reward", "gold_share"):
@@ -106,7 +127,7 @@ def plot(results: list[dict], png: Path) -> None:
 
     fig, axes = plt.subplots(1, len(METRICS), figsize=(3.2 * len(METRICS), 3.4))
     for ax, metric in zip(axes, METRICS):
-        for name in CONDITIONS:
+        for name in ran(results):
             steps = [p["step"] for p in results[0][name]]
             values = np.array([[p[metric] or 0.0 for p in r[name]] for r in results])
             ax.plot(steps, values.mean(0), marker="o", ms=3, label=name)
@@ -131,7 +152,9 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=0, help="> 0: SmolLM2-135M with LoRA instead")
     parser.add_argument("--warm-episodes", type=int, default=2000)
     parser.add_argument("--warm-steps", type=int, default=500)
+    parser.add_argument("--warm-from", type=Path, help="an earlier study's folder: reuse its seeds' warm starts")
     parser.add_argument("--warm-batch", type=int, default=8, help="episodes per warm-start step")
+    parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
     parser.add_argument("--steps", type=int, default=8, help="GRPO steps per condition")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--tasks-per-step", type=int, default=2)

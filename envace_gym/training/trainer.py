@@ -19,7 +19,7 @@ import torch
 from envace_gym import agents
 from envace_gym.compare import compare_calls
 from envace_gym.runner import run_episode
-from envace_gym.training import checkpoint
+from envace_gym.training import checkpoint, sharding
 from envace_gym.training.grpo import ROLE_IDS, ROLES, grpo_loss, token_advantages, token_logprobs
 from envace_gym.training.rollout import Rollout, collect
 
@@ -169,7 +169,7 @@ class Trainer:
         # over the process group (one GPU under torchrun too); SFTConfig has no fsdp
         self.sharded = getattr(self.cfg, "fsdp", False) and torch.distributed.is_initialized()
         if self.sharded:
-            shard(self.model)
+            sharding.shard(self.model)
             self.train_model = self.model
             if self.engine is None:  # hf generation runs on whole weights (_unsharded): no process waits
                 self.agent.sampling["synced_gpus"] = False  # for another, as transformers would under FSDP
@@ -197,34 +197,16 @@ class Trainer:
     @contextmanager
     def _unsharded(self):
         """Under FSDP with the trained model generating (no vLLM engine): the whole weights on
-        every process (gathered together once), so that each process's forwards need no other
-        and processes may generate different numbers of times; sharded again after."""
+        every process while the block runs (:func:`~envace_gym.training.sharding.unsharded`)."""
         if not self.sharded or self.engine is not None:
             yield
             return
-        from torch.distributed.fsdp import FSDPModule
-
-        units = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
-        self.model.set_reshard_after_forward(False)
-        for unit in units:
-            unit.unshard()
-        try:
+        with sharding.unsharded(self.model):
             yield
-        finally:
-            for unit in units:
-                unit.reshard()
-            self.model.set_reshard_after_forward(True)
-            self.model.set_reshard_after_forward(False, recurse=False)  # FSDP's default for the root
 
     def _full_weights(self, on_every_process: bool = False) -> dict[str, torch.Tensor]:
-        """The model's whole weights by checkpoint name. Sharded, they are gathered (every
-        process must call this) onto the main process's CPU, or onto every process's device."""
-        if not self.sharded:
-            return self.model.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return get_model_state_dict(self.model, options=StateDictOptions(
-            full_state_dict=True, cpu_offload=not on_every_process))
+        """The model's whole weights by checkpoint name (sharded: gathered; every process must call this)."""
+        return sharding.full_weights(self.model, on_every_process) if self.sharded else self.model.state_dict()
 
     # the loop ---------------------------------------------------------------
     def train(self) -> list[dict]:
@@ -467,24 +449,8 @@ class Trainer:
         if not self.sharded:
             self.model.load_state_dict(load_file(path), strict=False)
             self.model.tie_weights()
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-        weights = load_file(path) if self.accelerator.is_main_process else {}
-        set_model_state_dict(self.model, weights, options=StateDictOptions(
-            full_state_dict=True, broadcast_from_rank0=True, strict=False))
-
-
-def shard(model) -> None:
-    """FSDP2 in place over the default process group: each transformer block (the model's
-    ``_no_split_modules``) its own unit, the rest (embeddings, final norm, head) the root's."""
-    from torch.distributed.fsdp import fully_shard
-
-    blocks = set(getattr(model, "_no_split_modules", None) or ())
-    for module in model.modules():
-        if type(module).__name__ in blocks:
-            fully_shard(module)
-    fully_shard(model)
+        else:
+            sharding.load_full_weights(self.model, path, self.accelerator.is_main_process)
 
 
 def minibatches(lengths: list[int], rows: int, tokens: int = 0) -> list[list[int]]:
