@@ -16,6 +16,11 @@ parsed, leaf_match, exact), before training, after the warm start, and every
 ``--eval-every`` GRPO steps; and the real tool calls each condition ran while training.
 
     python examples/rehearsal_study.py --seeds 0 1 2 --out runs/rehearsal_study
+    python examples/rehearsal_study.py --warm-from runs/rehearsal_study --steps 24 --conditions real envace \
+        --out runs/rehearsal_study_long                      # the same warm starts, longer GRPO
+    python examples/rehearsal_study.py --lora-rank 8 --seeds 0 --warm-episodes 24 --warm-steps 12 --warm-batch 2 \
+        --conditions envace --steps 2 --group-size 4 --tasks-per-step 1 --eval-every 2 --eval-tasks 4 \
+        --new-tokens 64 --lr 1e-3 --out runs/smollm2_lora    # SmolLM2-135M with LoRA, a short run
 """
 
 from __future__ import annotations
