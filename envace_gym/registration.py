@@ -23,6 +23,7 @@ ENV_IDS: dict[str, tuple[str, dict]] = {
     for domain in ("retail", "airline", "telecom", "mock")
 }
 ENV_IDS["EnvACE/tau2-mock-gen-v0"] = ("envace_gym.envs.tau2.mock_gen:make_env", {})
+ENV_IDS["EnvACE/tau2-mock-office-v0"] = ("envace_gym.envs.tau2.mock_office:make_env", {})
 BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                    "multi_turn_long_context", "simple_python", "multiple", "parallel",
                    "parallel_multiple", "irrelevance", "live_simple", "live_multiple", "live_parallel",

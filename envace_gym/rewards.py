@@ -43,6 +43,18 @@ def actions_share_reward(episode: Episode) -> tuple[float, dict]:
     return share, {**parts, "actions_share": share}
 
 
+def progress_reward(episode: Episode) -> tuple[float, dict]:
+    """Partial credit from the transcript and the task alone (no world, so it works under every
+    dynamics): the mean of ``actions_share`` and the share of the task's communicate items stated
+    (:meth:`~envace_gym.suite.Suite.communicate_checks`); ``actions_share`` alone for a task with none.
+    It is 1 on an episode that makes every gold call and says every item, below 1 otherwise."""
+    share, parts = actions_share_reward(episode)
+    checks = episode.suite.communicate_checks(episode.task, episode)
+    said = sum(c["met"] for c in checks) / len(checks) if checks else None
+    value = share if said is None else (share + said) / 2
+    return value, {**parts, "communicate_share": said, "communicate_checks": checks, "progress": value}
+
+
 def replay_reward(episode: Episode) -> tuple[float, dict]:
     """The episode's calls executed on a fresh world afterwards, then evaluated."""
     return episode.suite.evaluate(episode.task, episode.replayed_world(), episode)
@@ -114,7 +126,8 @@ def call_match_reward(episode: Episode) -> tuple[float, dict]:
 
 
 REWARDS: dict[str, RewardFn] = {"world": world_reward, "actions": actions_reward,
-                                 "actions_share": actions_share_reward, "replay": replay_reward,
+                                 "actions_share": actions_share_reward, "progress": progress_reward,
+                                 "replay": replay_reward,
                                  "tool_f1": tool_f1_reward, "call_match": call_match_reward}
 
 JUDGE_INSTRUCTION = (

@@ -277,6 +277,10 @@ class Suite(ABC):
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
 
+    def communicate_checks(self, task: Task, episode: Episode) -> list[dict]:
+        """What the agent had to tell the user, each ``{"info", "met"}`` (default: nothing)."""
+        return []
+
     def has_gold(self, task: Task) -> bool:
         """Whether the task has gold calls (default: yes). The oracle, the ``actions`` rewards and
         replay of gold need them; a task without them is scored by :meth:`judge_reward`."""

@@ -252,10 +252,7 @@ class Tau2Suite(Suite):
             info.update(action_info)
             reward *= action_reward
         if RewardType.COMMUNICATE in basis:
-            texts = [m["content"].lower().replace(",", "") for m in episode.messages
-                     if m["role"] == "assistant" and m.get("content")]
-            checks = [{"info": s, "met": any(s.lower() in t for t in texts)}
-                      for s in criteria.communicate_info or []]
+            checks = self.communicate_checks(task, episode)
             info["communicate"] = 1.0 if all(c["met"] for c in checks) else 0.0
             info["communicate_checks"] = checks
             reward *= info["communicate"]
@@ -300,6 +297,12 @@ class Tau2Suite(Suite):
     def communicate_info(self, task: Task) -> list[str]:
         criteria = task.data.evaluation_criteria
         return list(criteria.communicate_info or []) if criteria else []
+
+    def communicate_checks(self, task: Task, episode: Episode) -> list[dict]:
+        """tau2's COMMUNICATE check per item: said (case-insensitive, commas ignored) in an assistant message."""
+        texts = [m["content"].lower().replace(",", "") for m in episode.messages
+                 if m["role"] == "assistant" and isinstance(m.get("content"), str)]
+        return [{"info": s, "met": any(s.lower() in t for t in texts)} for s in self.communicate_info(task)]
 
     def oracle_plan(self, task: Task) -> list[Any]:
         plan: list[Any] = []
