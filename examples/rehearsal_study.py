@@ -1,184 +1,325 @@
 """The EnvACE controlled study at CPU scale: world rehearsal against real-environment RL.
 
-For each seed, one warm start (role-masked SFT on the oracle's real episodes of the train
-split), then role-wise GRPO from it under three conditions:
+On ``EnvACE/tau2-mock-office-v0`` (one shared database: a world the policy can learn), for
+each seed:
 
-    real        real dynamics, act role only (ordinary agentic RL: every call runs)
-    envace      rehearsed dynamics, both roles (the policy writes the tool responses)
-    act-only    rehearsed dynamics, act role only (the rehearse role frozen)
+1. **SFT curve.** Role-masked SFT of a random-init tiny model on the oracle's real train
+   episodes, scored every ``--sft-eval-every`` steps on the ``validation`` split (never on
+   test): tau2's reward, gold share, valid calls, and rehearsal fidelity. The **warm start**
+   is the first scored budget whose validation reward reaches ``--warm-target`` (room for RL
+   to move); **SFT to plateau** is the best-scoring budget, after ``--patience`` scores
+   without a gain or at ``--sft-steps``.
+2. **GRPO** from the warm start, ``--steps`` steps of ``--tasks-per-step`` x ``--group-size``
+   episodes, under three conditions:
 
-All three are rewarded with the share of the task's gold actions their calls match
-(the ``actions_share`` reward: partial credit; tau2's own reward is 0/1). Each model is evaluated
-greedily on the first ``--eval-tasks`` tasks of the real test split: tau2's reward in the
-real env, gold share, valid-call rate (act turns whose calls all pass validation),
-rehearsal fidelity on the same tasks' calls (the oracle acts, the model rehearses:
-parsed, leaf_match, exact), before training, after the warm start, and every
-``--eval-every`` GRPO steps; and the real tool calls each condition ran while training.
+       real        real dynamics, act role only (ordinary agentic RL: every call runs)
+       envace      rehearsed dynamics, both roles (the policy writes the tool responses)
+       act-only    rehearsed dynamics, act role only (the rehearse role frozen)
+
+   All are rewarded with ``progress`` (gold calls made and communicate items stated, from
+   the transcript alone: computable where no real database exists).
+3. **Yardstick.** Every phase, and each condition every ``--eval-every`` steps, is played
+   greedily on the whole test split in the real env: tau2's own reward, gold share and
+   valid calls; rehearsal fidelity (the oracle acts, the model rehearses: parsed,
+   leaf_match, exact) on the test tasks' calls every ``--fidelity-every`` steps. Real tool
+   calls consumed in training are counted.
+
+Each seed runs as its own process (one torch thread each) and rewrites
+``OUT/seed{N}/results.json`` after every evaluation, so an interrupted run keeps what it
+measured; the parent then writes ``OUT/results.json`` (mean and standard error over seeds,
+and per-seed numbers) and the curves (``results.png``: against GRPO steps and against real
+calls; ``sft_curve.png``).
 
     python examples/rehearsal_study.py --seeds 0 1 2 --out runs/rehearsal_study
-    python examples/rehearsal_study.py --warm-from runs/rehearsal_study --steps 24 --conditions real envace \
-        --out runs/rehearsal_study_long                      # the same warm starts, longer GRPO
-    python examples/rehearsal_study.py --lora-rank 8 --seeds 0 --warm-episodes 24 --warm-steps 12 --warm-batch 2 \
-        --conditions envace --steps 2 --group-size 4 --tasks-per-step 1 --eval-every 2 --eval-tasks 4 \
-        --new-tokens 64 --lr 1e-3 --out runs/smollm2_lora    # SmolLM2-135M with LoRA, a short run
+    python examples/rehearsal_study.py --env EnvACE/tau2-mock-gen-v0 --seeds 0 --out runs/study_mock_gen
+    python examples/rehearsal_study.py --summarize --out runs/rehearsal_study   # redraw from the seed files
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 import envace_gym  # noqa: F401
-from envace_gym.agents.hf import HFAgent, smollm2_path
+from envace_gym.agents.hf import HFAgent
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
-from envace_gym.training.checkpoint import latest
-from envace_gym.training.evaluation import held_out
+from envace_gym.training.evaluation import fidelity, play
 
-ENV_ID = "EnvACE/tau2-mock-gen-v0"
 CONDITIONS = {"real": ("real", ["act"]), "envace": ("rehearsed", ["act", "rehearse"]),
               "act-only": ("rehearsed", ["act"])}
+PHASES = ("before", "warm", "plateau")
 METRICS = ("reward", "gold_share", "valid_calls", "parsed", "leaf_match", "exact")
 
 
-def evaluate(policy, path, args) -> dict:
-    """Greedy, on the held-out tasks: real reward, valid calls and rehearsal fidelity."""
-    env = gym.make(ENV_ID, split="test", dynamics="real", max_turns=args.max_turns)
-    agent = HFAgent(path, model=policy.model, tokenizer=policy.tokenizer, max_new_tokens=args.new_tokens)
-    return held_out(env, agent, env.unwrapped.task_ids[:args.eval_tasks])
+class Study:
+    """One seed's study; ``record`` is rewritten to ``seed{N}/results.json`` after every evaluation."""
 
+    def __init__(self, seed: int, args):
+        self.seed, self.args = seed, args
+        self.out = args.out / f"seed{seed}"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.init = tiny_model(self.out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed,
+                               env_id=args.env)
+        self.envs = {split: gym.make(args.env, split=split, dynamics="real", max_turns=args.max_turns)
+                     for split in ("validation", "test")}
+        self.record: dict = {"seed": seed}
 
-def warm_start(seed: int, init: Path, lr: float, args) -> tuple[dict, Path]:
-    """The warm start's model (trained here, or the one ``--warm-from`` holds for this seed) and
-    the evaluations before and after it."""
-    out = args.out / f"seed{seed}"
-    if args.warm_from:
-        warm = args.warm_from / f"seed{seed}" / "warm-merged" if args.lora_rank \
-            else latest(args.warm_from / f"seed{seed}" / "warm")
-        return {"before": evaluate(HFAgent(init), init, args), "warm": evaluate(HFAgent(warm), init, args)}, warm
-    sft = SFT(SFTConfig(model=f"hf:{init}", env_id=ENV_ID, out=str(out / "warm"), max_episodes=args.warm_episodes,
-                        batch=args.warm_batch, minibatch=args.warm_batch, steps=args.warm_steps, lr=10 * lr,
-                        save_every=0, seed=seed, lora_rank=args.lora_rank, tensorboard=False))
-    row = {"before": evaluate(sft, init, args)}
-    sft.train()
-    row["warm"] = evaluate(sft, init, args)
-    warm = latest(out / "warm")
-    if args.lora_rank:  # the warm adapter merged into the base: each condition trains a fresh adapter on it
-        warm = out / "warm-merged"
-        sft.model.merge_and_unload().save_pretrained(warm)
-        sft.tokenizer.save_pretrained(warm)
-    return row, warm
+    def save(self) -> None:
+        (self.out / "results.json").write_text(json.dumps(self.record, indent=1))
 
+    def evaluate(self, policy, split: str, fidelity_tasks: int | None, tasks: int | None = None) -> dict:
+        """Greedy play on the first ``tasks`` tasks of ``split`` (None: all), and rehearsal fidelity on
+        the first ``fidelity_tasks`` tasks' calls (None: all; 0: none)."""
+        env = self.envs[split]
+        ids = env.unwrapped.task_ids[:tasks or self.args.eval_tasks]
+        agent = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer,
+                        max_new_tokens=self.args.new_tokens)
+        out = play(env, agent, ids)
+        if fidelity_tasks != 0:
+            out.update(fidelity(env, agent, ids[:fidelity_tasks]))
+        return out
 
-def run_seed(seed: int, args) -> dict:
-    out = args.out / f"seed{seed}"
-    if args.lora_rank:
-        init, lr = smollm2_path(), args.lr / 10
-    elif args.warm_from:
-        init, lr = args.warm_from / f"seed{seed}" / "init", args.lr
-    else:
-        init, lr = tiny_model(out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed,
-                              env_id=ENV_ID), args.lr
-    phases, warm = warm_start(seed, init, lr, args)
-    row = {"seed": seed, **phases}
-    print(f"seed {seed} before {row['before']}\nseed {seed} warm {row['warm']}", flush=True)
-    for name in args.conditions:
+    def sft(self) -> tuple[Path, Path]:
+        """The SFT curve on validation; returns the warm-start and plateau models."""
+        args = self.args
+        sft = SFT(SFTConfig(model=f"hf:{self.init}", env_id=args.env, out=str(self.out / "sft"),
+                            max_episodes=args.sft_episodes, batch=args.sft_batch, minibatch=args.sft_batch,
+                            steps=args.sft_steps, lr=args.sft_lr, save_every=0, seed=self.seed, tensorboard=False))
+        # an untrained model writes max_new_tokens every turn: the first tasks show its zero
+        self.record["before"] = self.evaluate(sft, "test", None, tasks=args.before_tasks)
+        curve = self.record["sft_curve"] = []
+        warm = best = None
+        while sft.step < args.sft_steps:
+            sft.train_step()
+            if sft.step % args.sft_eval_every and sft.step < args.sft_steps:
+                continue
+            curve.append({"step": sft.step, **self.evaluate(sft, "validation", args.val_fidelity)})
+            print(f"seed {self.seed} sft {curve[-1]}", flush=True)
+            if warm is None and curve[-1]["reward"] >= args.warm_target:
+                warm = self._keep(sft, "warm")
+                self.record["warm_step"] = sft.step
+            if best is None or curve[-1]["reward"] > best["reward"]:
+                best = curve[-1]
+                self._keep(sft, "plateau")
+                self.record["plateau_step"] = sft.step
+            self.save()
+            if len(curve) - 1 - curve.index(best) >= args.patience:
+                break
+        if warm is None:  # the target was never reached: the warm start is the plateau
+            warm, self.record["warm_step"] = self.out / "plateau", self.record["plateau_step"]
+        self.record["warm_target"] = args.warm_target
+        return warm, self.out / "plateau"
+
+    def _keep(self, policy, name: str) -> Path:
+        path = self.out / name
+        shutil.rmtree(path, ignore_errors=True)
+        policy.model.save_pretrained(path)
+        policy.tokenizer.save_pretrained(path)
+        return path
+
+    def grpo(self, name: str, warm: Path) -> None:
+        args = self.args
         dynamics, roles = CONDITIONS[name]
         trainer = Trainer(TrainConfig(
-            model=f"hf:{warm}", env_id=ENV_ID, out=str(out / name), dynamics=dynamics, roles=roles,
-            reward="actions_share", group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
-            lr=lr, max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
-            lora_rank=args.lora_rank, tensorboard=False, seed=seed))
-        curve, real_calls = [{"step": 0, "real_calls": 0, **row["warm"]}], 0
+            model=f"hf:{warm}", env_id=args.env, out=str(self.out / name), dynamics=dynamics, roles=roles,
+            reward=args.reward, group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
+            lr=args.lr, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
+            max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
+            tensorboard=False, seed=self.seed))
+        curve = self.record[name] = [{"step": 0, "real_calls": 0, "train_reward": None, **self.record["warm"]}]
+        real_calls, rewards = 0, []
         while trainer.step < args.steps:
             record = trainer.train_step()
+            rewards.append(record["reward"])
             # each env plays one episode a step: its calls are the ones that episode ran
             real_calls += sum(c.source == "real" for env in trainer.envs for c in env.unwrapped.episode.calls)
             if trainer.step % args.eval_every == 0 or trainer.step == args.steps:
-                curve.append({"step": trainer.step, "real_calls": real_calls, "train_reward": record["reward"],
-                              **evaluate(trainer, init, args)})
-                print(f"seed {seed} {name} {curve[-1]}", flush=True)
-        row[name] = curve
-    return row
+                full = trainer.step % args.fidelity_every == 0 or trainer.step == args.steps
+                curve.append({"step": trainer.step, "real_calls": real_calls,
+                              "train_reward": statistics.fmean(r for r in rewards if r is not None),
+                              **self.evaluate(trainer, "test", None if full else 0)})
+                rewards = []
+                print(f"seed {self.seed} {name} {curve[-1]}", flush=True)
+                self.save()
+
+    def run(self) -> None:
+        warm, plateau = self.sft()
+        self.record["warm"] = self.evaluate(_Loaded(warm), "test", None)
+        self.record["plateau"] = self.evaluate(_Loaded(plateau), "test", None)
+        self.save()
+        for name in self.args.conditions:
+            self.grpo(name, warm)
 
 
-def ran(results: list[dict]) -> list[str]:
-    return [name for name in CONDITIONS if name in results[0]]
+class _Loaded:
+    """A saved model as the ``policy`` that :meth:`Study.evaluate` reads."""
+
+    def __init__(self, path: Path):
+        agent = HFAgent(path)
+        self.model, self.tokenizer = agent.model, agent.tokenizer
 
 
-def summarize(results: list[dict]) -> dict:
-    """Mean over seeds of each phase's metrics, and per seed the GRPO gain in real reward and gold share."""
-    table = {phase: {m: statistics.fmean(r[phase][m] for r in results) for m in METRICS}
-             for phase in ("before", "warm")}
-    for name in ran(results):
-        table[name] = {m: statistics.fmean(r[name][-1][m] for r in results) for m in METRICS}
-        table[name]["real_calls"] = statistics.fmean(r[name][-1]["real_calls"] for r in results)
-        for m in ("reward", "gold_share"):
-            table[name][f"{m}_gain_by_seed"] = [r[name][-1][m] - r["warm"][m] for r in results]
+def mean_se(values: list[float]) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"mean": None, "se": None}
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+    return {"mean": statistics.fmean(values), "se": se}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Each phase's and condition's final metrics: mean and standard error over seeds, per-seed values,
+    and for each condition its gain over the warm start in each seed."""
+    table = {}
+    for phase in PHASES:
+        have = [r for r in runs if phase in r]
+        if have:
+            table[phase] = {m: {**mean_se([r[phase].get(m) for r in have]),
+                                "by_seed": [r[phase].get(m) for r in have]} for m in METRICS}
+    for phase in ("warm_step", "plateau_step"):
+        table[phase] = [r.get(phase) for r in runs]
+    for name in CONDITIONS:
+        have = [r for r in runs if len(r.get(name, [])) > 1]
+        if not have:
+            continue
+        last = [r[name][-1] for r in have]
+        row = {m: {**mean_se([p.get(m) for p in last]), "by_seed": [p.get(m) for p in last]} for m in METRICS}
+        row["steps"] = [p["step"] for p in last]
+        row["real_calls"] = [p["real_calls"] for p in last]
+        for m in ("reward", "gold_share", "leaf_match"):
+            gains = [p.get(m) - r["warm"][m] if p.get(m) is not None else None for p, r in zip(last, have)]
+            row[f"{m}_gain"] = {**mean_se(gains), "by_seed": gains}
+        table[name] = row
     return table
 
 
-def plot(results: list[dict], png: Path) -> None:
-    """A curve per condition (mean over seeds, band: min to max) for each metric against GRPO steps."""
+def plot(runs: list[dict], out: Path, env_id: str) -> None:
+    """``results.png``: reward, gold share and leaf_match of each condition against GRPO steps (mean
+    over seeds, band: min to max) and reward against real calls; ``sft_curve.png``: the SFT curve."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(3.2 * len(METRICS), 3.4))
-    for ax, metric in zip(axes, METRICS):
-        for name in ran(results):
-            steps = [p["step"] for p in results[0][name]]
-            values = np.array([[p[metric] or 0.0 for p in r[name]] for r in results])
-            ax.plot(steps, values.mean(0), marker="o", ms=3, label=name)
-            ax.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
-        ax.axhline(statistics.fmean(r["before"][metric] or 0.0 for r in results), color="gray", ls=":", lw=1)
-        ax.set_title(metric)
-        ax.set_xlabel("GRPO step (0: warm start)")
+    panels = [("reward", "step"), ("gold_share", "step"), ("leaf_match", "step"), ("reward", "real_calls")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
+    for ax, (metric, x) in zip(axes, panels):
+        for name in CONDITIONS:
+            curves = [[p for p in r[name] if p.get(metric) is not None] for r in runs if len(r.get(name, [])) > 1]
+            n = min((len(c) for c in curves), default=0)
+            if n == 0:
+                continue
+            xs = np.array([[p[x] for p in c[:n]] for c in curves]).mean(0)
+            ys = np.array([[p[metric] for p in c[:n]] for c in curves])
+            ax.plot(xs, ys.mean(0), marker="o", ms=3, label=name)
+            ax.fill_between(xs, ys.min(0), ys.max(0), alpha=0.2)
+        for phase, style in (("warm", ":"), ("plateau", "--")):
+            values = [r[phase][metric] for r in runs if phase in r and r[phase].get(metric) is not None]
+            if values:
+                ax.axhline(statistics.fmean(values), color="gray", ls=style, lw=1)
+        ax.set_title(f"test {metric}")
+        ax.set_xlabel("GRPO step" if x == "step" else "real tool calls consumed in training")
         ax.set_ylim(-0.05, 1.05)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{ENV_ID}, held-out test tasks, {len(results)} seed(s); dotted: before training")
+    fig.suptitle(f"{env_id}, all test tasks, {len(runs)} seed(s); dotted: warm start, dashed: SFT to plateau")
     fig.tight_layout()
-    fig.savefig(png, dpi=100)
+    fig.savefig(out / "results.png", dpi=100)
     plt.close(fig)
+
+    sft_metrics = ("reward", "gold_share", "valid_calls", "leaf_match")
+    fig, axes = plt.subplots(1, len(sft_metrics), figsize=(4 * len(sft_metrics), 3.4))
+    for ax, metric in zip(axes, sft_metrics):
+        for r in runs:
+            points = [p for p in r.get("sft_curve", []) if p.get(metric) is not None]
+            ax.plot([p["step"] for p in points], [p[metric] for p in points], marker="o", ms=3,
+                    label=f"seed {r['seed']}")
+        ax.set_title(f"validation {metric}")
+        ax.set_xlabel("SFT step")
+        ax.set_ylim(-0.05, 1.05)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "sft_curve.png", dpi=100)
+    plt.close(fig)
+
+
+def write_summary(args) -> dict:
+    runs = [json.loads(p.read_text()) for p in sorted(args.out.glob("seed*/results.json"))]
+    summary = summarize(runs)
+    (args.out / "results.json").write_text(json.dumps(
+        {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+         "summary": summary, "runs": runs}, indent=1))
+    plot(runs, args.out, args.env)
+    return summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="EnvACE/tau2-mock-office-v0")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/rehearsal_study"))
+    parser.add_argument("--summarize", action="store_true", help="only redraw results from the seed files")
     parser.add_argument("--hidden", type=int, default=256, help="tiny model width")
     parser.add_argument("--layers", type=int, default=4, help="tiny model depth")
-    parser.add_argument("--lora-rank", type=int, default=0, help="> 0: SmolLM2-135M with LoRA instead")
-    parser.add_argument("--warm-episodes", type=int, default=2000)
-    parser.add_argument("--warm-steps", type=int, default=500)
-    parser.add_argument("--warm-from", type=Path, help="an earlier study's folder: reuse its seeds' warm starts")
-    parser.add_argument("--warm-batch", type=int, default=8, help="episodes per warm-start step")
+    parser.add_argument("--sft-episodes", type=int, default=3000)
+    parser.add_argument("--sft-steps", type=int, default=2500, help="most SFT steps")
+    parser.add_argument("--sft-batch", type=int, default=8)
+    parser.add_argument("--sft-lr", type=float, default=3e-3)
+    parser.add_argument("--sft-eval-every", type=int, default=250)
+    parser.add_argument("--val-fidelity", type=int, default=50, help="validation tasks whose calls are rehearsed")
+    parser.add_argument("--before-tasks", type=int, default=20, help="test tasks the untrained model plays")
+    parser.add_argument("--warm-target", type=float, default=0.3)
+    parser.add_argument("--patience", type=int, default=3, help="SFT scores without a gain before the plateau")
     parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
-    parser.add_argument("--steps", type=int, default=8, help="GRPO steps per condition")
+    parser.add_argument("--reward", default="progress")
+    parser.add_argument("--steps", type=int, default=300, help="GRPO steps per condition")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--tasks-per-step", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate (warm start: 10x)")
-    parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--eval-tasks", type=int, default=20)
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--clip-eps", type=float, default=0.2)
+    parser.add_argument("--kl-coef", type=float, default=0.0)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--fidelity-every", type=int, default=150)
+    parser.add_argument("--eval-tasks", type=int, help="score on the first N tasks of a split (default: all)")
+    parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--max-turns", type=int, default=5)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results = []
-    for seed in args.seeds:  # the files are rewritten after each seed: a cut run keeps what it finished
-        results.append(run_seed(seed, args))
-        summary = summarize(results)
-        (args.out / "results.json").write_text(json.dumps({"args": vars(args), "summary": summary,
-                                                           "runs": results}, indent=1, default=str))
-        plot(results, args.out / "results.png")
+    if args.summarize:
+        print(json.dumps(write_summary(args), indent=1))
+        return
+    if len(args.seeds) == 1:
+        torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
+        Study(args.seeds[0], args).run()
+        write_summary(args)
+        return
+    base = [a for a in sys.argv[1:]]
+    at = base.index("--seeds") if "--seeds" in base else None
+    if at is not None:  # drop the seed list: each child gets one
+        end = at + 1
+        while end < len(base) and not base[end].startswith("--"):
+            end += 1
+        del base[at:end]
+    children = [subprocess.Popen([sys.executable, __file__, *base, "--seeds", str(seed)],
+                                 stdout=(args.out / f"seed{seed}.log").open("w"), stderr=subprocess.STDOUT)
+                for seed in args.seeds]
+    codes = [child.wait() for child in children]
+    summary = write_summary(args)
     print(json.dumps(summary, indent=1))
-    print(f"results in {args.out / 'results.json'} and {args.out / 'results.png'}")
+    print(f"results in {args.out / 'results.json'}, {args.out / 'results.png'}, {args.out / 'sft_curve.png'}"
+          f"; child exit codes {codes}")
 
 
 if __name__ == "__main__":

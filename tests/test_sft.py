@@ -140,6 +140,34 @@ def test_sft_from_a_run_file(tiny, tmp_path):
         load_episodes(old)
 
 
+def test_malformed_records_are_one_line_errors_naming_the_record(tiny, tmp_path):
+    runs = tmp_path / "runs.jsonl"
+    result = CliRunner().invoke(app, ["run", ENV, "--agent", "oracle", "--dynamics", "real", "--out", str(runs),
+                                      "--task-ids", "create_task_1"])
+    assert result.exit_code == 0, result.output
+    good = load_episodes(runs)[0]
+    forged_role = {**good, "messages": [*good["messages"][:-1], {**good["messages"][-1], "role": "user\nhi"}]}
+    cases = {"opening_messages": {**good, "opening_messages": len(good["messages"])},
+             "tools": {k: v for k, v in good.items() if k != "tools"}, "role": forged_role}
+    for needle, record in cases.items():
+        bad = tmp_path / f"bad-{needle}.jsonl"
+        bad.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
+        result = CliRunner().invoke(app, ["sft", "--model", f"hf:{tiny}", "--env", ENV, "--from", str(bad),
+                                          "--out", str(tmp_path / "out"), "--steps", "1", "--split", "base",
+                                          "--eval-split", "base"])
+        assert result.exit_code == 2, result.output
+        line = " ".join(result.output.split())
+        assert line.startswith("error:") and needle in line and ("line 2" in line or "episode 2" in line), line
+    (tmp_path / "junk.jsonl").write_text(json.dumps(good) + "\nnot json\n")
+    with pytest.raises(ValueError, match="junk.jsonl line 2"):
+        load_episodes(tmp_path / "junk.jsonl")
+    long = {**good, "messages": [*good["messages"][:-1], {**good["messages"][-1], "content": "word " * 20_000}]}
+    (tmp_path / "long.jsonl").write_text(json.dumps(long) + "\n")
+    trainer = SFT(_config(tiny, tmp_path / "sft", source=str(tmp_path / "long.jsonl"), max_episodes=None,
+                          batch=1, steps=1, max_tokens=512))
+    assert len(trainer.sequences[0][0]) == 512
+
+
 def test_resume_continues_the_run_and_refuses_a_damaged_checkpoint(tiny, tmp_path):
     def config(out):
         return _config(tiny, out, max_episodes=3, batch=2, steps=2)

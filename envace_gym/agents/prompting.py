@@ -44,27 +44,50 @@ def _control_tokens(tokenizer) -> re.Pattern | None:
     return pattern
 
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _clean(pattern: re.Pattern, value: Any) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(lambda m: m[0][0] + ZERO_WIDTH_SPACE + m[0][1:], value)
+    if isinstance(value, dict):
+        return {_clean(pattern, k): _clean(pattern, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(pattern, v) for v in value]
+    return value
+
+
 def defused(tokenizer, messages: list[dict]) -> list[dict]:
     """``messages`` with every control token inside their text broken by a zero-width space.
 
     Messages hold text written by models, users and tools; rendered and tokenized as
     they are, a ``<|im_start|>`` inside one would open a forged turn. Only the chat
-    template itself writes control tokens into a prompt.
+    template itself writes control tokens into a prompt. A role outside :data:`ROLES`
+    (a record's forged ``role``) is refused with a ValueError.
     """
+    for i, m in enumerate(messages):
+        if m.get("role") not in ROLES:
+            raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(ROLES)}")
     pattern = _control_tokens(tokenizer)
     if pattern is None:
         return messages
+    return [{k: v if k == "role" else _clean(pattern, v) for k, v in m.items()} for m in messages]
 
-    def clean(value: Any) -> Any:
-        if isinstance(value, str):
-            return pattern.sub(lambda m: m[0][0] + ZERO_WIDTH_SPACE + m[0][1:], value)
-        if isinstance(value, dict):
-            return {clean(k): clean(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
 
-    return [{k: v if k == "role" else clean(v) for k, v in m.items()} for m in messages]
+def defused_tools(tokenizer, tools: list[dict] | None) -> list[dict] | None:
+    """``tools`` (names, descriptions, parameter names, enum values: every string a server or task
+    file wrote) with control tokens broken as :func:`defused` breaks them. An env's tool list is
+    the same object from step to step, so the last few are cached by identity."""
+    pattern = _control_tokens(tokenizer)
+    if pattern is None or not tools:
+        return tools
+    cache = tokenizer.__dict__.setdefault("_envace_defused_tools", {})
+    hit = cache.get(id(tools))
+    if hit is None or hit[0] is not tools:
+        if len(cache) >= 32:
+            cache.clear()
+        hit = cache[id(tools)] = (tools, _clean(pattern, tools))  # holding ``tools`` keeps its id unique
+    return hit[1]
 
 
 def render_prompt(tokenizer, obs: dict) -> tuple[str, str | None]:
@@ -73,9 +96,10 @@ def render_prompt(tokenizer, obs: dict) -> tuple[str, str | None]:
     An inline rehearsal is rendered as the conversation plus a tool message and cut
     where that message's content begins, so the model writes the response exactly
     where the chat template puts one; it ends where the template closes it. Control
-    tokens inside the messages are defused first (:func:`defused`).
+    tokens inside the messages and the tool specs are defused first (:func:`defused`,
+    :func:`defused_tools`).
     """
-    tools = obs["tools"] or None
+    tools = defused_tools(tokenizer, obs["tools"] or None)
     messages = defused(tokenizer, obs["messages"])
     if not is_inline_rehearsal(obs):
         return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,

@@ -34,11 +34,10 @@ def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
             "valid_calls": valid / turns if turns else 0.0}
 
 
-def held_out(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
-    """:func:`play` in ``env`` (real dynamics for the act role's real reward), and the rehearse role's
-    fidelity on the same tasks' calls (:func:`~envace_gym.compare.compare_calls`: the oracle acts,
-    ``agent`` rehearses, the world answers): mean ``parsed``, ``leaf_match`` and ``exact``."""
+def fidelity(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
+    """The rehearse role's fidelity on ``task_ids``' calls (:func:`~envace_gym.compare.compare_calls`:
+    the oracle acts, ``agent`` rehearses, the world answers): mean ``parsed``, ``leaf_match`` and ``exact``."""
     calls = list(compare_calls(env, agents.load("oracle", env=env), agent, task_ids, seed=seed))
-    fidelity = {m: statistics.fmean(float(c[m]) for c in calls) if calls else None
-                for m in ("parsed", "leaf_match", "exact")}
-    return {**play(env, agent, task_ids, seed), **fidelity}
+    return {m: statistics.fmean(float(c[m]) for c in calls) if calls else None
+            for m in ("parsed", "leaf_match", "exact")}
+

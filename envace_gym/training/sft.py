@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from envace_gym import agents
-from envace_gym.agents.prompting import render_prompt
+from envace_gym.agents.prompting import ROLES as PROMPT_ROLES, render_prompt
 from envace_gym.runner import run_episodes
 from envace_gym.training.grpo import ROLE_IDS, ROLES, token_logprobs
 from envace_gym.training.rollout import Rollout, _context_delta
@@ -79,12 +79,42 @@ def gold_episodes(env_id: str, split: str | None, max_episodes: int | None = Non
 
 
 def load_episodes(path: str | Path, max_episodes: int | None = None) -> list[dict]:
-    """The records of a ``run`` output (JSONL) that hold a transcript."""
-    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    for record in records:
-        if "messages" not in record:
-            raise ValueError(f"{path}: a record has no messages; write it with this version's `envace-gym run`")
-    return records[:max_episodes]
+    """The records of a ``run`` output (JSONL), each checked (:func:`check_record`); a bad line or
+    record is a ValueError naming the file and line."""
+    records = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(check_record(json.loads(line)))
+        except ValueError as e:  # json.JSONDecodeError is one
+            raise ValueError(f"{path} line {number}: {e}") from None
+        if max_episodes is not None and len(records) >= max_episodes:
+            break
+    return records
+
+
+def check_record(record) -> dict:
+    """``record`` if it holds a transcript ``episode_tokens`` can lay out, else a ValueError saying why."""
+    if not isinstance(record, dict):
+        raise ValueError("a record must be a JSON object")
+    if "messages" not in record:
+        raise ValueError("the record has no messages; write it with this version's `envace-gym run`")
+    messages, tools = record["messages"], record.get("tools")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("'messages' must be a list of message objects")
+    for i, m in enumerate(messages):
+        if m.get("role") not in PROMPT_ROLES:
+            raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(PROMPT_ROLES)}")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ValueError("the record has no 'tools' list (the tool specs the episode was played with)")
+    opening = record.get("opening_messages")
+    if isinstance(opening, bool) or not isinstance(opening, int) or not 0 <= opening < len(messages):
+        raise ValueError(f"'opening_messages' must be an index into its {len(messages)} messages, "
+                         f"got {str(opening)[:40]}")
+    if not isinstance(record.get("real_call_ids"), list):
+        raise ValueError("the record has no 'real_call_ids' list")
+    return record
 
 
 def role_nll(model, sequences: list[Sequence], pad_id: int) -> dict[str, tuple[torch.Tensor, int]]:
@@ -126,6 +156,7 @@ class SFTConfig:
     minibatch: int = 2  # episodes per forward and backward (gradients accumulate over the batch)
     lr: float = 1e-5
     max_episodes: int | None = None
+    max_tokens: int = 4096  # an episode's token sequence is cut here
     eval_every: int = 0  # 0: never
     eval_tasks: int = 4
     save_every: int = 50  # 0: only at the end
@@ -140,7 +171,7 @@ class SFTConfig:
             raise ValueError(f"sft trains a transformers model (hf:PATH or smollm2), got {self.model!r}")
         if not set(self.roles) <= set(ROLES) or not self.roles:
             raise ValueError(f"roles must be among {ROLES}, got {self.roles}")
-        for name in ("batch", "minibatch", "epochs", "eval_tasks"):
+        for name in ("batch", "minibatch", "epochs", "eval_tasks", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
         for name in ("eval_every", "save_every", "lora_rank"):
@@ -171,9 +202,19 @@ class SFT(Trainer):
             config.steps = config.epochs * math.ceil(len(records) / config.batch)
         self._load_policy(config)
         self._prepare_optimizer()
-        self.sequences = [episode_tokens(self.tokenizer, r) for r in records]
+        self.sequences = [self._sequence(r, i) for i, r in enumerate(records)]
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.sequences)))
         self.step, self.cursor = 0, 0
+
+    def _sequence(self, record: dict, index: int) -> Sequence:
+        """One episode's tokens, cut at ``max_tokens``; a record that cannot be laid out is one
+        ValueError naming it."""
+        try:
+            ids, roles = episode_tokens(self.tokenizer, check_record(record))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{self.cfg.source} episode {index + 1} (task {str(record.get('task_id'))[:40]}): "
+                             f"{str(e)[:300]}") from None
+        return ids[:self.cfg.max_tokens], roles[:self.cfg.max_tokens]
 
     @cached_property
     def eval_sequences(self) -> list[Sequence]:
