@@ -211,6 +211,7 @@ def run(
                                              agents.load(world_model, env=envs[0]) if world_model else None,
                                              rehearsal_horizon, rehearsal_scorer)
         actor = rehearsing if rehearsal_budget else actor  # budget 0: the agent itself
+        check_reward_available(envs[0])
     ids = envs[0].unwrapped.task_ids
     out = _out_path(out, env_id, agent, dynamics)
     records = []
@@ -242,8 +243,24 @@ def run(
         console.print(f"per episode: {mean['real_calls']:.1f} real calls · {mean['rehearsal_attempts']:.1f} private "
                       f"attempts · {mean['rehearsal_tokens']:.0f} rehearsal tokens · "
                       f"{mean['rehearsal_seconds']:.2f} s rehearsing", soft_wrap=True)
-    if any(r["ended_by"] == "agent_error" for r in records):
+    failed = [r for r in records if r.get("error")]
+    if failed:  # their reward 0 is no score: say so, and exit non-zero
+        console.print(f"[red]{len(failed)} of {len(records)} episodes failed[/red] (scored 0; each record's "
+                      f"error says why), the first: {escape(' '.join(str(failed[0]['error']).split())[:300])}",
+                      soft_wrap=True)
         raise typer.Exit(1)
+
+
+def check_reward_available(env: gym.Env) -> None:
+    """Refuse to start a run whose reward cannot be computed (a judge that is not configured)."""
+    inner = env.unwrapped
+    task = inner.suite.task(inner.task_ids[0]) if inner.task_ids else None
+    reward = inner.reward
+    if reward is None and task is not None and not inner.suite.has_gold(task):
+        reward = inner.suite.judge_reward()
+    if getattr(reward, "unavailable", None):
+        raise ValueError(f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: "
+                         f"{reward.unavailable}")
 
 
 @app.command()

@@ -19,8 +19,8 @@ Play = Generator[dict, str, dict]  # yields observations, is sent actions, retur
 def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> dict:
     """Play one episode to its end and describe it (the ``run`` record of DESIGN.md).
 
-    An agent whose model server fails ends the episode: reward 0, ``ended_by`` ``agent_error``
-    and the failure in ``error``.
+    An agent whose model server fails, or whose own code raises, ends the episode: reward 0,
+    ``ended_by`` ``agent_error`` and the failure in ``error``.
 
     The record also holds the transcript, what ``envace-gym sft`` trains on: ``messages``
     (the conversation at the end), ``tools`` (the tool schemas), ``opening_messages`` (how
@@ -37,7 +37,7 @@ def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = Non
 
 def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> Play:
     """One episode as a coroutine: it yields each observation and is sent the agent's action;
-    a :class:`ModelServerError` thrown in ends the episode as ``agent_error``. It returns the
+    an exception thrown in (the agent's) ends the episode as ``agent_error``. It returns the
     record of :func:`run_episode`."""
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options={"task_id": task_id})
@@ -46,8 +46,8 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
     while not done:
         try:
             action = yield obs
-        except ModelServerError as e:
-            failure = str(e)
+        except Exception as e:  # the agent's failure, thrown in by run_batched
+            failure = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
             break
         obs, reward, terminated, truncated, info = env.step(action)
         n_calls += len(info["tool_calls"])
@@ -74,8 +74,8 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
     Each round, the observations of every running episode go to the agent at once: one
     ``act_batch`` per distinct agent, where the first env is played by ``agent`` itself and
     every other by ``agent.bind(env)`` (an oracle reads its own env; most agents bind to
-    themselves). A :class:`ModelServerError` from one ``act_batch`` ends each episode of it as
-    ``agent_error``. With one env this is :func:`run_episodes`, record for record.
+    themselves). An exception from one ``act_batch`` (a model server's, or the agent's own)
+    ends each episode of it as ``agent_error``. With one env this is :func:`run_episodes`, record for record.
     """
     actors = [agent, *(agent.bind(env) for env in envs[1:])]
     todo = iter(episodes)
@@ -97,7 +97,7 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
             try:
                 actions = actors[slots[0]].act_batch([running[s][1] for s in slots])
                 failure = None
-            except ModelServerError as e:
+            except Exception as e:  # a model server's or the agent's own code's: those episodes end
                 actions, failure = [None] * len(slots), e
             for slot, action in zip(slots, actions):
                 episode = running[slot][0]

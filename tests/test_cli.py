@@ -252,5 +252,42 @@ def test_a_dead_server_mid_run_keeps_the_records_and_names_the_task(server, tmp_
                                  "--out", str(out)])
     assert result.exit_code == 1
     assert [r["ended_by"] for r in _records(out)] == ["user_stop", "agent_error", "max_turns"]
-    (line,) = [x for x in result.output.splitlines() if "failed" in x]
+    (line,) = [x for x in result.output.splitlines() if x.startswith("task ") and "failed" in x]
     assert line.startswith("task update_task_1 (seed 1) failed: ") and url in line
+
+
+def test_an_agent_that_raises_ends_its_episode_and_the_run_goes_on(tmp_path):
+    (tmp_path / "flaky_agent.py").write_text(
+        "from envace_gym.agents import Agent\n\n"
+        "class Flaky(Agent):\n"
+        "    name = 'flaky'\n"
+        "    calls = 0\n\n"
+        "    def act(self, obs):\n"
+        "        type(self).calls += 1\n"
+        "        if type(self).calls == 2:\n"
+        "            raise RuntimeError('my agent broke')\n"
+        "        return 'Done. ###STOP###'\n")
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", f"{tmp_path / 'flaky_agent.py'}:Flaky",
+                                 "--task-ids", "create_task_1,update_task_1,impossible_task_1", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    records = _records(out)
+    assert [r["ended_by"] for r in records] == ["user_stop", "agent_error", "user_stop"]
+    assert records[1]["error"] == "RuntimeError: my agent broke"
+    assert "1 of 3 episodes failed" in " ".join(result.output.split())
+
+
+def test_a_reward_that_fails_is_counted_and_exits_non_zero(tmp_path):
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", "oracle", "--task-ids",
+                                 "create_task_1,update_task_1", "--reward",
+                                 "judge:m@http://127.0.0.1:9/v1?max_retries=0&timeout=2", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert all(r["error"] for r in _records(out))
+    assert "2 of 2 episodes failed" in " ".join(result.output.split())
+
+
+def test_vitabench_without_a_judge_is_refused_before_it_starts(monkeypatch, tmp_path):
+    monkeypatch.delenv("VITABENCH_JUDGE", raising=False)
+    _one_line_error(["run", "EnvACE/vitabench-delivery-v0", "--agent", "random", "--out", str(tmp_path / "r.jsonl")],
+                    "VITABENCH_JUDGE", "--reward")

@@ -77,6 +77,16 @@ def test_index_wraps_and_masks():
     assert terminated and info["ended_by"] == "user_stop" and info["reward_source"] == "world"
 
 
+@pytest.mark.parametrize("action", [float("nan"), float("inf"), None, [0], 1.0, True, -1, 32, 10**30,
+                                    np.array([0, 1])])
+def test_actions_outside_the_space_are_refused(action):
+    env = make()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="not in the action space"):
+        env.step(action)
+    env.step(np.int64(0))  # the env goes on; an integer numpy scalar (what SB3 sends) is an action
+
+
 def test_rehearsed_dynamics_need_a_world_model():
     env = make("rehearsed")
     env.reset(seed=0)

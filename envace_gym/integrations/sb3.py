@@ -206,8 +206,10 @@ def _candidates(conv: Conversation, tools: list[dict], per_tool: int, limit: int
 class CandidateEnv(gym.Wrapper):
     """An EnvACE env for stable-baselines3: ``Discrete`` candidate actions, a numeric ``Box`` observation.
 
-    Each step is one act turn. The action picks one of the turn's candidates (an index
-    past the last candidate wraps around: ``index % len(candidates)``), which is sent as
+    Each step is one act turn. The action, an integer in the ``Discrete`` space, picks one
+    of the turn's candidates (an index past the last candidate wraps around, ``index %
+    len(candidates)``, so that a policy without masks always acts; anything outside the
+    space, NaN, floats, lists or None, is a ValueError), which is sent as
     the act text; the following rehearse turns are answered by ``world_model`` inside the
     step (an agent, or a name for :func:`envace_gym.agents.load`: ``"knn"``,
     ``"oracle"``), so the policy only ever acts. Under ``real`` dynamics no rehearse turn
@@ -264,6 +266,9 @@ class CandidateEnv(gym.Wrapper):
     def step(self, action):
         if self._obs is None:
             raise RuntimeError("call reset() first")
+        if isinstance(action, bool) or not self.action_space.contains(action):
+            raise ValueError(f"action {str(action)[:60]} is not in the action space Discrete({self.max_candidates}): "
+                             "give one integer index")
         text = self.candidates[int(action) % len(self.candidates)]
         obs, reward, terminated, truncated, info = self.env.step(text)
         calls = list(info.get("tool_calls", []))

@@ -73,6 +73,7 @@ def missing_judge(episode: Episode) -> tuple[float, dict]:
 
 
 missing_judge.__name__ = "vitabench"
+missing_judge.unavailable = f"set {JUDGE_VARIABLE}=MODEL@BASE_URL, or pass --reward vitabench:MODEL@BASE_URL"
 
 
 class VitaSuite(Suite):
