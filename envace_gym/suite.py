@@ -364,16 +364,30 @@ def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limi
     if not isinstance(response, Response) or (response.text is None) == (response.error is None):
         return error(ErrorCode.EXECUTION_ERROR, f"{name}: the world answered {type(response).__name__}, "
                                                 "not a Response with text or an error")
-    if response.error is not None:
-        return response
+    if response.error is None:
+        return checked(name, response, limits)
+    native = response.native if isinstance(response.native, (str, type(None))) else repr(response.native)
+    if native is not None and len(native) > limits.response_chars:  # an error keeps at most the limit
+        response = Response(error=response.error, native=native[:limits.response_chars])
+    return response
+
+
+def checked(name: str, response: Response, limits: Limits, who: str = "the world's") -> Response:
+    """``response`` if its text is standard JSON (an object or array) within ``limits.response_chars``,
+    else the ``limit_exceeded`` or ``execution_error`` that replaces it (real and replayed alike)."""
+    def error(code: ErrorCode, message: str) -> Response:
+        return Response(error=ToolError(code, message[:1000]), native=f"Error: {message[:1000]}")
+
+    if not isinstance(response.text, str):
+        return error(ErrorCode.EXECUTION_ERROR, f"{name}: {who} response is not text")
     if len(response.text) > limits.response_chars:
         return error(ErrorCode.LIMIT_EXCEEDED, f"{name}: the response exceeds {limits.response_chars} characters")
     try:
         value = loads_bounded(response.text)
     except ValueError as e:
-        return error(ErrorCode.EXECUTION_ERROR, f"{name}: the world's response is not valid JSON: {e}")
+        return error(ErrorCode.EXECUTION_ERROR, f"{name}: {who} response is not valid JSON: {e}")
     if not isinstance(value, (dict, list)):
-        return error(ErrorCode.EXECUTION_ERROR, f"{name}: the world's response is not a JSON object or array")
+        return error(ErrorCode.EXECUTION_ERROR, f"{name}: {who} response is not a JSON object or array")
     return response
 
 

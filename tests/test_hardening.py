@@ -280,3 +280,17 @@ def test_extra_argument_keys_are_invalid_where_tools_are_python_functions():
     env = math_env()
     obs, *_, info = env.step(call("add", a=1, b=2, c=3))
     assert info["tool_calls"][0]["error"] == "invalid_arguments"
+
+
+@pytest.mark.parametrize("response,code", [('{"a": NaN}', "execution_error"), ('{"a": Infinity}', "execution_error"),
+                                           ('"just text"', "execution_error"), (42, "execution_error"),
+                                           ('{"a": "' + "x" * 300_000 + '"}', "limit_exceeded")])
+def test_replayed_responses_pass_the_checks_real_ones_do(response, code):
+    arguments = {"order_id": "#W2378156"}
+    env = gym.make("EnvACE/tau2-retail-v0", dynamics="replay", reward="actions",
+                   recordings=[{"name": "get_order_details", "arguments": arguments, "response": response}])
+    env.reset(options={"task_id": "5"})
+    obs, *_, info = env.step(call("get_order_details", **arguments))
+    assert info["tool_calls"][0]["error"] == code
+    content = obs["messages"][-1]["content"]
+    assert list(json.loads(content)) == ["error"] and len(content) < 2000  # the recording's value is gone

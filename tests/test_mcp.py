@@ -525,3 +525,36 @@ def test_task_files_are_checked_line_by_line(tmp_path):
     env = make_env(None, tasks=[{"id": "a", "user": "hi"}], dynamics="replay")
     with pytest.raises(ValueError, match="no gold calls"):
         env.reset(seed=0)
+
+
+def test_oversized_responses_and_errors_keep_at_most_the_limit():
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    def build(state):
+        server = MCPServer("big")
+
+        @server.tool()
+        def big() -> dict:
+            return {"blob": "x" * 2_000_000}
+
+        @server.tool()
+        def fail() -> dict:
+            raise ToolError("y" * 2_000_000)
+
+        return server
+
+    suite = MCPSuite(as_tasks([{"id": "t", "user": "Go."}]), InProcess({}, build, "big"), name="big")
+    try:
+        env = MCPEnv(suite, dynamics="real")
+        env.reset(options={"task_id": "t"})
+        for name in ("big", "fail") * 3:
+            env.step(call(name))
+        calls = env.unwrapped.episode.calls
+        assert [c.error for c in calls] == ["limit_exceeded", "execution_error"] * 3
+        limit = env.unwrapped.limits.response_chars
+        assert all(len(c.content) <= limit and len(str(c.native or "")) <= limit for c in calls)
+        assert all(len(head) <= 300 for _, _, (_, head) in env.unwrapped.episode.world.log)
+        env.close()
+    finally:
+        suite.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import weakref
 
@@ -33,15 +34,21 @@ def response_of(result: CallToolResult) -> Response:
     return Response.from_native([block.model_dump(mode="json", exclude_none=True) for block in result.content])
 
 
+def _digest(content: str) -> tuple[str, str]:
+    """What the log keeps of a response, whatever its size: its SHA-256 and its first 300 characters."""
+    return hashlib.sha256(content.encode()).hexdigest(), content[:300]
+
+
 class MCPWorld(World):
     """One episode's session on an MCP server. A call is a ``tools/call``; the calls that ran
-    are kept (``log``), so that a deterministic server's world forks by replaying them on a
+    are kept (``log``: name, arguments and a digest of the response, so memory does not grow
+    with response sizes), so that a deterministic server's world forks by replaying them on a
     fresh session. ``failure`` says why the server is gone, once it is."""
 
     def __init__(self, runtime: Runtime, deterministic: bool = False, state=None):
         self.runtime, self.deterministic = runtime, deterministic
         self.session = runtime.open(state)
-        self.log: list[tuple[str, dict, str]] = []
+        self.log: list[tuple[str, dict, tuple[str, str]]] = []
         self.failure: str | None = None
         self._release = weakref.finalize(self, runtime.release, self.session)
 
@@ -59,7 +66,7 @@ class MCPWorld(World):
         except ValidationError as e:
             response = Response(error=ToolError(ErrorCode.EXECUTION_ERROR,
                                                 f"{name}: the server's result is malformed: {e}"[:1000]))
-        self.log.append((name, arguments, response.content))
+        self.log.append((name, arguments, _digest(response.content)))
         return response
 
     def fork(self) -> MCPWorld:
@@ -76,13 +83,13 @@ class MCPWorld(World):
                             "dynamics='rehearsed' or 'simulated' (no world needed), or declare the server "
                             "deterministic (MCPSuite(..., deterministic=True)) to fork by replaying its calls")
         twin = MCPWorld(self.runtime, True)
-        for i, (name, arguments, content) in enumerate(self.log):
+        for i, (name, arguments, (digest, head)) in enumerate(self.log):
             again = twin.execute(name, arguments).content
-            if again != content:
+            if _digest(again)[0] != digest:
                 twin.close()
                 raise ForkError(f"the MCP server {spec.name} was declared deterministic, but replaying call "
-                                f"{i} ({name} {json.dumps(arguments)}) on a fresh server answered {again[:300]} "
-                                f"where the episode got {content[:300]}")
+                                f"{i} ({name} {json.dumps(arguments)[:300]}) on a fresh server answered "
+                                f"{again[:300]} where the episode got {head}")
         return twin
 
     def close(self, wait: bool = True) -> None:
