@@ -215,6 +215,9 @@ class Suite(ABC):
     # tools that read and change no world state (arithmetic): run in a child process under the
     # call budget, so that even one uninterruptible C-level operation is cut short
     stateless_tools: frozenset[str] = frozenset()
+    # a world's effects stay in this process (Python objects), so a world model may run one in
+    # private; False for worlds on a server, whose calls reach outside (see PrivateRehearsal)
+    private_worlds: bool = True
 
     @abstractmethod
     def tools(self, task: Task) -> ToolSet: ...

@@ -558,3 +558,22 @@ def test_oversized_responses_and_errors_keep_at_most_the_limit():
         env.close()
     finally:
         suite.close()
+
+
+def test_private_rehearsal_refuses_a_world_model_that_would_call_the_server(stdio, inproc):
+    env = MCPEnv(stdio, dynamics="real")
+    try:
+        with pytest.raises(ValueError, match="leave this process"):
+            agents.PrivateRehearsal(agents.load("oracle", env=env), env, budget=2)
+        with pytest.raises(ValueError, match="leave this process"):
+            agents.PrivateRehearsal(agents.load("knn"), env, budget=2, world_model=agents.load("oracle", env=env))
+        agents.PrivateRehearsal(agents.load("oracle", env=env), env, budget=2, world_model=agents.load("knn"))
+        agents.PrivateRehearsal(agents.load("oracle", env=env), env, budget=0)  # no rehearsal: no branch
+    finally:
+        env.close()
+    local = MCPEnv(inproc, dynamics="real")  # an in-process server's worlds are Python objects
+    try:
+        reward, info, _ = play(local, agents.PrivateRehearsal(agents.load("oracle", env=local), local, budget=2), "pay")
+        assert reward == 1.0
+    finally:
+        local.close()

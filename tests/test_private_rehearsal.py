@@ -235,3 +235,37 @@ def test_a_tiny_model_rehearses_and_judges_its_attempts(tiny):
     record = run_episode(env, agent, "0")
     assert record["rehearsal_attempts"] == 2 * record["turns"] and record["rehearsal_tokens"] > 0
     assert record["real_calls"] == len(record["real_call_ids"])
+
+
+class AlwaysCalls(Calculator):
+    """Calls a tool every act turn, never answering the user."""
+
+    def act(self, obs):
+        if obs["role"] == "rehearse":
+            return '{"result": 2}'
+        return '<tool_call>{"name": "calculate", "arguments": {"expression": "1 + 1"}}</tool_call>'
+
+
+class BrokenWorldModel(Agent):
+    name = "broken"
+
+    def act(self, obs):
+        raise RuntimeError("the world model broke")
+
+
+def test_attempts_are_bounded_and_a_failing_world_model_ends_only_its_attempt():
+    env = _env("EnvACE/tau2-retail-v0", "0", dynamics="rehearsed", max_turns=None)
+    env.reset(seed=0, options={"task_id": "0"})
+    obs, *_ = env.step("Let me check.")  # past the greeting turn: the next act turn is rehearsed
+    agent = PrivateRehearsal(AlwaysCalls(), env, 2, "parallel", "best", max_turns=10)
+    assert "calculate" in agent.act(obs)
+    (context,) = agent.private_context
+    assert [a["cut"] for a in context["attempts"]] == ["turn bound: 10 generations per attempt"] * 2
+    timed = PrivateRehearsal(AlwaysCalls(), env, 2, "sequential", "best", max_turns=10**9, max_seconds=0.2)
+    timed.act(obs)
+    assert any("time bound" in (a["cut"] or "") for a in timed.private_context[0]["attempts"])
+    broken = PrivateRehearsal(AlwaysCalls(), env, 3, "parallel", "vote", world_model=BrokenWorldModel())
+    assert "calculate" in broken.act(obs)  # the attempts' first turns were played before the failure
+    assert all("broken failed: RuntimeError" in a["cut"] for a in broken.private_context[0]["attempts"])
+    record = run_episode(env, PrivateRehearsal(Calculator(), env, 2, world_model=BrokenWorldModel()), "0")
+    assert record["ended_by"] != "agent_error" and record["error"] is None

@@ -22,6 +22,7 @@ class OracleAgent(Agent):
     """
 
     name = "oracle"
+    runs_worlds = True
 
     def __init__(self, env: gym.Env):
         if env is None:

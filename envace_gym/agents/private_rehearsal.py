@@ -26,6 +26,9 @@ JUDGE_PROMPT = (
     "You rate an imagined continuation of your own conversation with a user and tools; its tool "
     "responses were imagined, not real. Reply with one number from 0 (it fails the user's request) "
     "to 10 (it completes the request correctly) and nothing else.")
+MAX_BUDGET = 64  # attempts per committed turn
+MAX_TURNS = 32  # generations (act and rehearse turns) per attempt
+MAX_SECONDS = 120.0  # of rehearsal per committed turn
 ZERO = {"rehearsal_attempts": 0, "rehearsal_turns": 0, "rehearsal_tokens": 0, "rehearsal_seconds": 0.0}
 
 
@@ -65,6 +68,7 @@ class Attempt:
 
     turns: list[dict]
     messages: list[dict]
+    cut: str | None = None  # why it stopped early: a bound or a failing world model (None: it ended)
 
     @property
     def first(self):
@@ -85,7 +89,7 @@ class Attempt:
 
     def view(self, chars: int | None = None) -> dict:
         """The attempt as data, responses cut to ``chars``."""
-        return {"errors": self.errors, "turns": [
+        return {"errors": self.errors, "cut": self.cut, "turns": [
             {"text": t["text"], "calls": [{**c, "response": c["response"][:chars]} for c in t["calls"]]}
             for t in self.turns]}
 
@@ -122,6 +126,8 @@ class _Branch:
         self.actions: list = []
         self.unsent = None  # the closing message to the user, never stepped (no user reply is needed)
         self.done = env.episode.ended_by is not None
+        self.turns = 0  # generations answered in this branch
+        self.cut: str | None = None  # why the attempt was stopped early (a bound, a failing world model)
 
     def responder(self) -> Agent:
         return self.actor if self.obs["role"] == "act" else self.rehearser
@@ -129,7 +135,11 @@ class _Branch:
     def prompt(self) -> dict:
         return private_observation(self.obs, self.seen) if self.seen and self.obs["role"] == "act" else self.obs
 
+    def stop(self, why: str) -> None:
+        self.cut, self.done = why, True
+
     def advance(self, action, horizon: int | None) -> None:
+        self.turns += 1
         if self.obs["role"] == "act":
             if horizon is None and not parse_act(action)[1]:
                 self.unsent, self.done = action, True
@@ -157,7 +167,7 @@ class _Branch:
             text, _ = parse_act(self.unsent)
             turns.append({"action": self.unsent, "text": text, "calls": []})
             messages.append(assistant_message(text, []))
-        return Attempt(turns, messages)
+        return Attempt(turns, messages, self.cut)
 
 
 class PrivateRehearsal(Agent):
@@ -179,19 +189,23 @@ class PrivateRehearsal(Agent):
     scores``; ties go to the most frequent first turn among them), ``vote`` (the most frequent
     first turn). Remaining ties go to the earliest attempt.
 
-    Branches never execute a real call, and nothing of their rewards, info or the task's
+    Branches never execute a real call (a world model that runs worlds, the oracle, is refused on
+    suites whose worlds are servers: :attr:`~envace_gym.suite.Suite.private_worlds`), and nothing of their rewards, info or the task's
     gold reaches the agent or the scorer: they see the committed conversation and the
     attempts' turns and responses. The private context stays out of the episode; it is
     kept in :attr:`private_context`. :attr:`info` holds the current episode's accounting
     (``rehearsal_attempts``, ``rehearsal_turns``, ``rehearsal_tokens``: generated tokens,
     exact for token agents and counted as words and symbols for others,
     ``rehearsal_seconds``, and ``real_calls``: the committed calls the world answered).
+    Each committed turn is bounded: at most ``max_turns`` generations per attempt and
+    ``max_seconds`` of rehearsal in all; an attempt cut by a bound, or by an actor or world
+    model that raises, is kept with its ``cut`` reason, and never ends the episode.
     One wrapper plays in one env; budget 0 is ``agent`` unchanged.
     """
 
     def __init__(self, agent: Agent, env: gym.Env, budget: int = 4, mode: str = "parallel",
                  select: str = "best", world_model: Agent | None = None, horizon: int | None = None,
-                 scorer: str | Callable = "errors"):
+                 scorer: str | Callable = "errors", max_turns: int = MAX_TURNS, max_seconds: float = MAX_SECONDS):
         if env is None:
             raise ValueError("private rehearsal forks the episode of the env it plays in: pass env=")
         if not isinstance(budget, int) or budget < 0:
@@ -204,8 +218,16 @@ class PrivateRehearsal(Agent):
             raise ValueError(f"scorer must be one of {SCORERS} or a callable, got {scorer!r}")
         if horizon is not None and (not isinstance(horizon, int) or horizon < 1):
             raise ValueError(f"horizon must be None or an integer >= 1, got {horizon!r}")
+        rehearser = world_model or agent
+        if budget and rehearser.runs_worlds and not env.unwrapped.suite.private_worlds:
+            raise ValueError(f"the {rehearser.name} world model answers by running the calls on a world, and "
+                             f"{env.unwrapped.suite.name}'s worlds are server sessions whose effects leave this "
+                             "process; private rehearsal runs no real call: use world_model='knn' or a model")
         self.agent, self.env, self.budget, self.mode, self.select = agent, env, budget, mode, select
+        if budget > MAX_BUDGET or max_turns < 1 or not max_seconds > 0:
+            raise ValueError(f"budget must be at most {MAX_BUDGET}, max_turns >= 1 and max_seconds > 0")
         self.world_model, self.horizon, self.scorer = world_model, horizon, scorer
+        self.max_turns, self.max_seconds = max_turns, max_seconds
         self.name = agent.name if budget == 0 else (
             f"{agent.name}+rehearsal(N={budget},{mode},{select},{(world_model or agent).name})")
         self._episode = None
@@ -226,7 +248,7 @@ class PrivateRehearsal(Agent):
 
     def bind(self, env: gym.Env) -> PrivateRehearsal:
         return PrivateRehearsal(self.agent.bind(env), env, self.budget, self.mode, self.select,
-                                self.world_model, self.horizon, self.scorer)
+                                self.world_model, self.horizon, self.scorer, self.max_turns, self.max_seconds)
 
     def act_batch(self, observations: list[dict]) -> list:
         if self.budget == 0:
@@ -241,6 +263,7 @@ class PrivateRehearsal(Agent):
         if obs["messages"] != live.observation()["messages"]:
             raise ValueError("private rehearsal got an observation that is not its env's current one")
         start = time.perf_counter()
+        self._deadline = start + self.max_seconds
         attempts = self._parallel() if self.mode == "parallel" else self._sequential()
         chosen = self._choose(obs, attempts)
         self._stats["rehearsal_attempts"] += len(attempts)
@@ -270,15 +293,35 @@ class PrivateRehearsal(Agent):
         return attempts
 
     def _play(self, branches: list[_Branch]) -> None:
-        """Step every branch to its end, one generation per branch at a time, batched per responder."""
+        """Step every branch to its end, one generation per branch at a time, batched per responder.
+
+        A branch stops after ``max_turns`` generations, every branch when ``max_seconds`` have
+        passed since the committed turn began, and a branch whose responder or step raises stops
+        there; each such attempt is kept, with why it was cut."""
         while live := [b for b in branches if not b.done]:
+            if time.perf_counter() > self._deadline:
+                for b in live:
+                    b.stop(f"time bound: {self.max_seconds} s of rehearsal per committed turn")
+                return
             groups: dict[int, tuple[Agent, list[_Branch]]] = {}
             for b in live:
+                if b.turns >= self.max_turns:
+                    b.stop(f"turn bound: {self.max_turns} generations per attempt")
+                    continue
                 agent = b.responder()
                 groups.setdefault(id(agent), (agent, []))[1].append(b)
             for agent, members in groups.values():
-                for b, action in zip(members, self._generate(agent, [b.prompt() for b in members])):
-                    b.advance(action, self.horizon)
+                try:
+                    actions = self._generate(agent, [b.prompt() for b in members])
+                except Exception as e:  # a failing actor or world model ends these attempts, not the episode
+                    for b in members:
+                        b.stop(f"{agent.name} failed: {type(e).__name__}: {str(e)[:300]}")
+                    continue
+                for b, action in zip(members, actions):
+                    try:
+                        b.advance(action, self.horizon)
+                    except Exception as e:
+                        b.stop(f"the branch failed: {type(e).__name__}: {str(e)[:300]}")
 
     def _generate(self, agent: Agent, observations: list[dict]) -> list:
         if isinstance(agent, TokenAgent):
@@ -295,12 +338,13 @@ class PrivateRehearsal(Agent):
     # selection -------------------------------------------------------------
     def _choose(self, obs: dict, attempts: list[Attempt]) -> int | None:
         """The attempt whose first turn is committed, or None: generate it with the digest (memory)."""
-        if self.select == "memory":
-            return None if any(a.calls_tools for a in attempts) else 0
+        played = [i for i, a in enumerate(attempts) if a.turns]  # a failed first generation leaves none
+        if self.select == "memory" or not played:
+            return None if not played or any(a.calls_tools for a in attempts) else played[0]
         if self.select == "vote":
-            return self._most_common(attempts, range(len(attempts)))
-        scores = list(self._score(obs, attempts))
-        return self._most_common(attempts, [i for i, s in enumerate(scores) if s == max(scores)])
+            return self._most_common(attempts, played)
+        scores = list(self._score(obs, [attempts[i] for i in played]))
+        return self._most_common(attempts, [i for i, s in zip(played, scores) if s == max(scores)])
 
     @staticmethod
     def _most_common(attempts: list[Attempt], indices) -> int:

@@ -59,6 +59,11 @@ class MCPSuite(Suite):
         self._toolsets: dict[tuple, ToolSet] = {}
 
     @property
+    def private_worlds(self) -> bool:
+        """Only an in-process server's (or an offline) world keeps its effects in this process."""
+        return self.spec is None or isinstance(self.spec, InProcess)
+
+    @property
     def runtime(self) -> Runtime:
         """The server's loop and sessions, started on first use (again after :meth:`close`)."""
         if self._runtime is None:
