@@ -13,7 +13,7 @@ from envace_gym.endpoint import ModelServerError
 from envace_gym.errors import ErrorCode, ToolError, error_code_of
 from envace_gym.fidelity import fidelity
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded
-from envace_gym.messages import ToolCall, assistant_message, parse_act, parse_rehearsal, tool_message
+from envace_gym.messages import ToolCall, assistant_message, escape_tags, parse_act, parse_rehearsal, tool_message
 from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
 from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
@@ -414,7 +414,7 @@ class EnvACEEnv(gym.Env):
     def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord],
                 **extra: Any) -> None:
         self._pending.popleft()
-        content = content.replace("<", "\\u003c")  # the same JSON value, with no tag or control token
+        content = escape_tags(content)  # the same JSON value, with no tag or control token
         record = CallRecord(call.id, call.name, call.arguments, "assistant", source, content,
                             error_code_of(json.loads(content)), position=len(self.episode.messages),
                             **extra)

@@ -87,7 +87,12 @@ def dumps_safe(value: Any) -> str:
     """JSON text of ``value`` with every ``<`` written as ``\\u003c``: the same JSON value,
     but no chat-template tag or control token (``</tool_response>``, ``<|im_start|>``)
     can appear in it, whoever wrote the strings inside."""
-    return json.dumps(value).replace("<", "\\u003c")
+    return escape_tags(json.dumps(value))
+
+
+def escape_tags(json_text: str) -> str:
+    """JSON text with every ``<`` written as ``\\u003c`` (the same value; see :func:`dumps_safe`)."""
+    return json_text.replace("<", "\\u003c")
 
 
 def _call_from_obj(obj: Any, call_id: str) -> ToolCall:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envace_gym.messages import escape_tags, loads_bounded
 from envace_gym.suite import Response, Task
 
 
@@ -60,10 +61,30 @@ class TaskRecord(BaseModel):
 
 
 def _lines(path: str | Path) -> list[tuple[int, Any]]:
-    text = Path(path).read_text()
+    """``(line number, record)`` of a JSONL file or a JSON array; bytes that are not UTF-8, a line
+    that is not JSON or JSON nested too deeply is a ValueError naming the file and line (a
+    leading byte-order mark is allowed)."""
+    raw = Path(path).read_bytes().removeprefix(b"\xef\xbb\xbf")
+    lines = raw.split(b"\n")
+    for n, line in enumerate(lines, 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    text = raw.decode("utf-8")
     if text.lstrip().startswith("["):  # a JSON array of records
-        return list(enumerate(json.loads(text), 1))
-    return [(n, json.loads(line)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        try:
+            return list(enumerate(loads_bounded(text), 1))
+        except ValueError as e:
+            raise ValueError(f"{path}: not a JSON array of records: {e}") from None
+    out = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            try:
+                out.append((n, loads_bounded(line)))
+            except ValueError as e:
+                raise ValueError(f"{path}:{n}: not JSON: {e}") from None
+    return out
 
 
 def load_tasks(path: str | Path) -> list[Task]:
@@ -119,8 +140,8 @@ def _turns(messages: list[dict]) -> list[dict]:
                 turn["answer"] = m["content"]
             m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": _arguments(c["function"])}}
                                      for c in calls]} if calls else m
-        elif m.get("role") == "tool":
-            m = {**m, "content": Response.from_native(m.get("content")).content}
+        elif m.get("role") == "tool":  # escaped as a step escapes a response: no tag survives
+            m = {**m, "content": escape_tags(Response.from_native(m.get("content")).content)}
         turn["messages"].append(m)
     return turns
 
@@ -137,6 +158,10 @@ def finmcp_tasks(sample: dict, teacher_forced: bool = False) -> list[Task]:
     system = next((m["content"] for m in messages if m.get("role") == "system"), None)
     tools = sample.get("tool_list") or []
     names = [t for t in tools if isinstance(t, str)]
+    listed = set(names) | {t.get("function", t).get("name") for t in tools if isinstance(t, dict)}
+    missing = sorted({g["name"] for t in turns for g in t["gold"]} - listed) if tools else []
+    if missing:  # every such call would be rejected, while tool_f1 still counted it
+        raise ValueError(f"the trajectory calls {', '.join(missing)}, which tool_list does not hold")
     common = {"tool_schemas": [t for t in tools if not isinstance(t, str)], "tools": names or None,
               "system": system, "recording": [r for t in turns for r in t["recording"]],
               "meta": {"scenery": sample.get("scenery"), "diff_level": sample.get("diff_level"),
@@ -162,7 +187,9 @@ def load_finmcp(path: str | Path, teacher_forced: bool = False) -> list[Task]:
     tasks = []
     for n, sample in _lines(path):
         try:
+            if not isinstance(sample, dict):
+                raise TypeError("a sample must be a JSON object")
             tasks += finmcp_tasks(sample, teacher_forced)
-        except (KeyError, TypeError, ValueError, ValidationError) as e:
+        except (AttributeError, KeyError, TypeError, ValueError, ValidationError) as e:
             raise ValueError(f"{path}:{n}: not a FinMCP-Bench sample: {type(e).__name__}: {e}") from None
     return unique_ids(tasks, path)
