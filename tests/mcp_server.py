@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import time
 import uuid
 
@@ -85,6 +87,12 @@ class Bank:
         """The server's process id (the tests check no server outlives its env)."""
         return {"pid": os.getpid()}
 
+    def spawn_orphan(self) -> dict:
+        """Start a sleeping grandchild in a session of its own (out of the guard's process group)."""
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return {"pid": child.pid}
+
     def wait(self, seconds: float) -> dict:
         """Sleep, then answer (the tests' slow tool)."""
         time.sleep(seconds)
@@ -93,6 +101,10 @@ class Bank:
     def freeze(self) -> dict:
         """Answer with a JSON-RPC protocol error instead of a result."""
         raise MCPError(-32603, "the ledger is frozen")
+
+    def boom(self) -> dict:
+        """Raise a plain exception (the SDK logs its traceback on the server's stderr)."""
+        raise ValueError("the vault door is stuck")
 
     def crash(self) -> dict:
         """End the server process at once."""
@@ -107,7 +119,7 @@ def make_server(bank: Bank | None = None) -> MCPServer:
     bank = Bank() if bank is None else bank
     server = MCPServer("bank")
     for name in ("list_accounts", "get_balance", "transfer", "statement", "summary", "reference",
-                 "server_pid", "wait", "freeze", "crash"):
+                 "server_pid", "spawn_orphan", "wait", "freeze", "boom", "crash"):
         server.tool(structured_output=False if name in TEXT_TOOLS else None)(getattr(bank, name))
     return server
 

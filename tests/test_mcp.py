@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -332,6 +333,43 @@ def test_no_server_outlives_its_parent_killed(tmp_path):
     assert gone(pids)
 
 
+def _orphan(env) -> int:
+    obs, *_ = env.step(call("spawn_orphan"))
+    return json.loads(obs["messages"][-1]["content"])["pid"]
+
+
+def test_a_grandchild_that_left_the_group_dies_with_the_env(tmp_path):
+    env = make_env(SERVER, tasks=TASKS)
+    env.reset(seed=0, options={"task_id": "pay"})
+    orphan = _orphan(env)
+    assert psutil.pid_exists(orphan)
+    env.close()
+    assert gone({orphan})
+    env = make_env(SERVER, tasks=TASKS)
+    env.reset(seed=0, options={"task_id": "pay"})
+    orphan = _orphan(env)
+    del env
+    gc.collect()
+    assert gone({orphan})
+    script = textwrap.dedent(f"""
+        import json, sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from envace_gym.envs.mcp import make_env
+        from envace_gym.messages import format_tool_call
+        env = make_env({SERVER!r}, tasks=["hi"])
+        env.reset(seed=0)
+        obs, *_ = env.step(format_tool_call("spawn_orphan", {{}}))
+        print(obs["messages"][-1]["content"], flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    orphan = json.loads(parent.stdout.readline())["pid"]
+    assert psutil.pid_exists(orphan)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert gone({orphan})
+
+
 # the env contract ---------------------------------------------------------------
 def test_check_env(env):
     check_env(env, skip_render_check=True)
@@ -608,3 +646,43 @@ def test_private_rehearsal_refuses_a_world_model_that_would_call_the_server(stdi
         assert reward == 1.0
     finally:
         local.close()
+
+
+def test_a_tools_list_that_never_ends_is_refused():
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    def build(state):
+        async def list_tools(ctx, params):
+            tool = types.Tool(name=f"t{(params.cursor if params else None) or 0}", input_schema={"type": "object"})
+            return types.ListToolsResult(tools=[tool], next_cursor=str(int((params and params.cursor) or 0) + 1))
+
+        return Server("endless", on_list_tools=list_tools)
+
+    suite = MCPSuite(as_tasks([{"id": "t", "user": "Go."}]), InProcess({}, build, "endless"), name="endless")
+    try:
+        start = time.monotonic()
+        with pytest.raises(ServerError, match="tools/list goes past 100 pages"):
+            MCPEnv(suite, dynamics="real").reset(options={"task_id": "t"})
+        assert time.monotonic() - start < 30
+    finally:
+        suite.close()
+
+
+def test_a_server_traceback_goes_to_its_log_not_the_terminal(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from envace_gym.envs.mcp import make_env
+        from envace_gym.messages import format_tool_call
+        env = make_env({SERVER!r}, tasks=["hi"])
+        env.reset(seed=0)
+        obs, *_ = env.step(format_tool_call("boom", {{}}))
+        print(obs["messages"][-1]["content"], flush=True)
+        env.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ENVACE_CACHE": str(tmp_path)})
+    assert "execution_error" in done.stdout and "Traceback" not in done.stderr, done.stderr[-2000:]
+    logs = list((tmp_path / "mcp-logs").glob("*.log"))
+    assert logs and "the vault door is stuck" in "".join(p.read_text() for p in logs)

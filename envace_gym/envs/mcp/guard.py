@@ -1,11 +1,15 @@
 """Launch an MCP server so that it cannot outlive the process that started it (stdlib only).
 
-    python -I -S guard.py PARENT_PID COMMAND [ARG ...]
+    python -I -S guard.py PARENT_PID LOG_PATH COMMAND [ARG ...]
 
 The guard leads its own process group (the SDK starts it in a new session), asks the
-kernel for SIGTERM when its parent thread dies (Linux ``PR_SET_PDEATHSIG``), runs the
-server as its child and waits. On SIGTERM, SIGHUP or SIGINT, and when the server exits,
-it kills the whole group: the server and anything the server started.
+kernel for SIGTERM when its parent thread dies (Linux ``PR_SET_PDEATHSIG``) and to be a
+child subreaper (``PR_SET_CHILD_SUBREAPER``: every orphaned descendant, even one that left
+the group with ``setsid()``, becomes its child), runs the server as its child and waits.
+On SIGTERM, SIGHUP or SIGINT, and when the server exits, it kills every descendant it can
+find through ``/proc``, then its whole group: the server and anything the server started.
+The server's stderr (its tracebacks) is appended to ``LOG_PATH``, not the user's terminal;
+a command that cannot start is still said on the guard's own stderr.
 """
 
 import ctypes
@@ -14,31 +18,74 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
-def _kill_group(*_):
+def _descendants() -> list[int]:
+    """The processes below this one, from ``/proc`` (parents before children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, stack = [], [os.getpid()]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            out.append(pid)
+            stack.append(pid)
+    return out
+
+
+def _kill_all(*_):
+    if sys.platform.startswith("linux"):
+        for _ in range(5):  # a killed parent's children reparent to this subreaper: look again
+            found = _descendants()
+            if not found:
+                break
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:  # reap, so the next pass sees no zombies
+                    pass
+            except ChildProcessError:
+                pass
     os.killpg(0, signal.SIGKILL)
 
 
 def main() -> None:
-    parent, command = int(sys.argv[1]), sys.argv[2:]
+    parent, log, command = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
     if os.getppid() != parent:  # the parent died before the request took effect
         sys.exit(1)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, _kill_group)
+        signal.signal(sig, _kill_all)
     pid = os.fork()
     if pid == 0:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
+        terminal = os.dup(2)
+        os.set_inheritable(terminal, False)
+        try:
+            os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), 2)
+        except OSError:
+            pass  # no log to write: stderr stays where it was
         try:
             os.execvp(command[0], command)
         except OSError as e:
-            print(f"cannot start the MCP server {command[0]!r}: {e}", file=sys.stderr)
+            os.write(terminal, f"cannot start the MCP server {command[0]!r}: {e}\n".encode())
             os._exit(127)
     os.waitpid(pid, 0)
-    _kill_group()
+    _kill_all()
 
 
 if __name__ == "__main__":

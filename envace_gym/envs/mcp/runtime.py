@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import sys
 import threading
@@ -27,6 +28,8 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult
 from pydantic import ValidationError
+
+from envace_gym.cache import cache_dir
 
 GUARD = str(Path(__file__).with_name("guard.py"))
 
@@ -48,10 +51,16 @@ class Stdio:
     def name(self) -> str:
         return shlex.join([self.command, *self.args])
 
+    @property
+    def log(self) -> Path:
+        """Where the server's stderr goes: ``$ENVACE_CACHE/mcp-logs/`` (one file per command name)."""
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.command).name)[:60] or "server"
+        return cache_dir("mcp-logs") / f"{stem}.log"
+
     def target(self) -> StdioServerParameters:
         return StdioServerParameters(command=sys.executable,
-                                     args=["-I", "-S", GUARD, str(os.getpid()), self.command, *self.args],
-                                     env=self.env, cwd=self.cwd)
+                                     args=["-I", "-S", GUARD, str(os.getpid()), str(self.log), self.command,
+                                           *self.args], env=self.env, cwd=self.cwd)
 
 
 @dataclass(frozen=True)
@@ -215,8 +224,11 @@ class Runtime:
             session.done.wait(self.startup_timeout)
 
     def give_back(self, session: Session) -> None:
-        """Return an unchanged session: a warm spare again (stdio), else released."""
+        """Return an unchanged session: a warm spare again (stdio), else released; one already
+        released (a request timed out on it) is never a spare again."""
         with self._lock:
+            if session not in self.live:
+                return
             if not self._closed and session.error is None and self.pool_size:
                 self.live.discard(session)
                 self._spares.appendleft(session)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -12,11 +13,12 @@ from envace_gym.env import EnvACEEnv
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
 from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Response, Suite, Task, World
-from envace_gym.tools import ToolSet
-from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, Stdio, server_spec
+from envace_gym.tools import MAX_TOOLS, ToolSet
+from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
 from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld
 
 WORLD_DYNAMICS = ("real", "mixed", "shadow")  # the dynamics whose calls a world executes
+MAX_PAGES, LIST_SECONDS = 100, 60.0  # bounds of one tools/list: pages followed, seconds in all
 
 
 def function_schema(tool: Any) -> dict:
@@ -81,12 +83,17 @@ class MCPSuite(Suite):
         if self._server_tools is None:
             runtime = self.runtime
             session = runtime.open(self._fresh_state())
+            deadline = time.monotonic() + LIST_SECONDS
             try:
                 page = runtime.request(session, "list_tools")
-                tools = list(page.tools)
+                tools, pages = list(page.tools), 1
                 while page.next_cursor:
+                    if pages >= MAX_PAGES or len(tools) > MAX_TOOLS or time.monotonic() > deadline:
+                        raise ServerError(f"the MCP server {self.spec.name}'s tools/list goes past {MAX_PAGES} "
+                                          f"pages, {MAX_TOOLS} tools or {LIST_SECONDS} s; it is refused")
                     page = runtime.request(session, "list_tools", cursor=page.next_cursor)
                     tools += page.tools
+                    pages += 1
                 self._server_tools = [function_schema(t) for t in tools]
             finally:
                 runtime.give_back(session)  # tools/list changes nothing: the session stays warm
