@@ -192,7 +192,9 @@ class EnvACEEnv(gym.Env):
         except Exception as e:  # a judge that cannot be reached, a failing evaluator: the episode is kept
             info["reward_source"] = getattr(self._reward, "__name__", self._reward)
             info["reward_info"] = {}
-            info["error"] = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
+            failure = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
+            # what ended the episode comes first; the reward's own failure follows it
+            info["error"] = f"{info['error']}; the reward failed too: {failure}" if info.get("error") else failure
         info["ended_by"] = ep.ended_by
         return reward
 

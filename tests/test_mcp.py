@@ -269,6 +269,14 @@ def test_a_dead_server_ends_the_episode_naming_it_and_the_next_one_starts(stdio)
     env.close()
 
 
+def test_a_dead_server_on_a_task_without_gold_keeps_its_cause_first():
+    env = make_env(SERVER, tasks=[{"id": "chat", "user": "Hi."}])
+    env.reset(seed=0, options={"task_id": "chat"})  # no gold: the default reward refuses to score it
+    _, _, terminated, _, info = env.step(call("crash"))
+    assert terminated and info["error"].startswith("the episode's MCP world failed") and "died" in info["error"]
+    env.close()
+
+
 def test_a_dead_http_server_ends_the_episode_naming_it():
     with http_server() as url:
         env = make_env(url, tasks=TASKS)
