@@ -6,6 +6,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
@@ -26,7 +27,8 @@ from envace_gym.runner import run_episodes
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
                   help="LLM tool-use tasks as Gymnasium envs with real or rehearsed dynamics.")
-console = Console()
+# a pipe gets the whole table (rich's default there is 80 columns), a terminal its own width
+console = Console(width=None if sys.stdout.isatty() else 250)
 DEFAULT_ENV = "EnvACE/tau2-retail-v0"
 
 
@@ -160,6 +162,54 @@ def list_envs(
     console.print(table)
 
 
+@app.command("tasks")
+def list_tasks(
+    env_id: ENV_ARG = None,
+    env: ENV_OPT = None,
+    split: SPLIT = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array instead of a table.")] = False,
+) -> None:
+    """List an env's task ids (default split, or --split; 'all': every task) with a one-line summary."""
+    with user_errors():
+        env_id = resolve(env_id, env)
+        inner = gym.make(env_id).unwrapped
+        suite = inner.suite
+        ids = inner.task_ids if split is None else suite.task_ids(None if split == "all" else split)
+        rows = []
+        for task_id in ids:
+            task = suite.task(task_id)
+            rows.append({"task_id": task_id, "summary": " ".join(suite.summary(task).split())[:100],
+                         "gold_calls": len(suite.gold_calls(task)) if suite.has_gold(task) else None})
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table(title=f"{env_id} · {split or inner.split or 'all'} · {len(rows)} tasks")
+    for column in ("task_id", "gold calls", "summary"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["task_id"], "-" if r["gold_calls"] is None else str(r["gold_calls"]), r["summary"])
+    console.print(table)
+
+
+@app.command("tiny-model")
+def tiny_model_command(
+    path: Annotated[Path, typer.Argument(help="Folder to write the model and tokenizer to.")],
+    env: Annotated[Optional[str], typer.Option("--env", help="Train the tokenizer on this env's gold train "
+                                                            "episodes (short sequences, fast learning).")] = None,
+    hidden_size: Annotated[int, typer.Option(help="Width (head size 64).")] = 128,
+    layers: Annotated[int, typer.Option(help="Transformer layers.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the random init.")] = 0,
+) -> None:
+    """Write a tiny random-init Qwen3 model with a tokenizer trained here (no hub needed)."""
+    from envace_gym.testing import tiny_model
+
+    with user_errors():
+        written = tiny_model(path, hidden_size=hidden_size, layers=layers, seed=seed,
+                             env_id=resolve_env(env) if env else None)
+    console.print(f"tiny model in {written}\nwarm-start it: envace-gym sft --model hf:{written} "
+                  f"--env {env or DEFAULT_ENV} --out runs/sft", soft_wrap=True)
+
+
 @app.command()
 def run(
     env_id: ENV_ARG = None,
@@ -185,6 +235,7 @@ def run(
     batch: Annotated[int, typer.Option(help="Episodes stepped together, their turns generated in one "
                                             "act_batch.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N of the selected tasks.")] = None,
     rehearsal_budget: Annotated[int, typer.Option(help="Private rehearsal: attempts imagined in forks of the "
                                                        "episode before each act turn (0: none).")] = 0,
     rehearsal_mode: Annotated[str, typer.Option(help="parallel or sequential (each attempt sees the earlier "
@@ -212,7 +263,9 @@ def run(
                                              rehearsal_horizon, rehearsal_scorer)
         actor = rehearsing if rehearsal_budget else actor  # budget 0: the agent itself
         check_reward_available(envs[0])
-    ids = envs[0].unwrapped.task_ids
+    if limit is not None and limit < 1:
+        fail(f"--limit must be at least 1, got {limit}")
+    ids = envs[0].unwrapped.task_ids[:limit]
     out = _out_path(out, env_id, agent, dynamics)
     records = []
     with user_errors(), out.open("w") as f:
@@ -224,7 +277,9 @@ def run(
             if record["ended_by"] == "agent_error":
                 console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
                               f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
-    table = Table(title=f"{env_id} · {agent} · {dynamics}")
+    settings = (f" · private rehearsal N={rehearsal_budget} {rehearsal_mode} {rehearsal_select}"
+                f"{f' world model {world_model}' if world_model else ''}" if rehearsal_budget else "")
+    table = Table(title=f"{env_id} · {agent} · {dynamics}{settings}")
     table.add_column("task_id", overflow="fold", min_width=min(40, max(len(r["task_id"]) for r in records)))
     for column in ("seed", "reward", "source", "turns", "calls", "ended by", "seconds"):
         table.add_column(column)
@@ -371,6 +426,7 @@ def train(
         errors = f" · {record['reward_errors']} episodes left out (reward error)" if record["reward_errors"] else ""
         console.print(f"step {record['step']}: reward {reward} · {record['tokens_per_s']:.0f} tokens/s{errors}")
     console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'}")
+    say_checkpoint(out, env)
 
 
 @app.command()
@@ -421,8 +477,17 @@ def sft(
         losses = " · ".join(f"{role} {record[f'loss/{role}']:.3f}" for role in ("act", "rehearse")
                             if record[f"loss/{role}"] is not None)
         console.print(f"step {record['step']}: loss {losses} · {record['tokens_per_s']:.0f} tokens/s")
-    console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'} · "
-                  f"checkpoints in {out}/step-N")
+    console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'}")
+    say_checkpoint(out, env)
+
+
+def say_checkpoint(out: Path, env_id: str) -> None:
+    """Where the last checkpoint went, and the command that plays it."""
+    from envace_gym.training.checkpoint import latest
+
+    last = latest(out)
+    if last is not None:
+        console.print(f"last checkpoint: {last}\nplay it: envace-gym run {env_id} --agent hf:{last}", soft_wrap=True)
 
 
 if __name__ == "__main__":

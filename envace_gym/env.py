@@ -69,8 +69,10 @@ class EnvACEEnv(gym.Env):
                  response_cache: ResponseCache | None = None, examples_per_tool: int = 3,
                  limits: Limits | None = None, render_mode: str | None = None):
         self.suite = suite
-        self.split = None if task_ids else split  # the split the tasks come from (None: given ids, or all)
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
+        # the split the tasks come from: None for all tasks, or for given ids that are not all in it
+        self.split = split if not task_ids or split is None or set(self.task_ids) <= set(suite.task_ids(split)) \
+            else None
         if not self.task_ids:
             raise ValueError(f"no tasks selected in {suite.name} (split={split!r})")
         for task_id in self.task_ids:

@@ -94,4 +94,6 @@ def resolve_env(spec: str) -> str:
     module, _, env_id = spec.rpartition(":")
     if module:
         import_module(module)
+    if env_id not in gym.registry and f"EnvACE/{env_id}" in gym.registry:
+        raise ValueError(f"no env {env_id!r}; did you mean EnvACE/{env_id}?")
     return env_id

@@ -211,6 +211,7 @@ class Suite(ABC):
     name: str = "suite"
     tasks: Sequence[Task] = ()
     transfer_tool: str | None = None
+    default_split: str | None = None  # the split ``task_ids()`` lists (None: every task)
     one_step: bool = False  # the episode ends with the agent's first message (calls scored, not run)
     # tools that read and change no world state (arithmetic): run in a child process under the
     # call budget, so that even one uninterruptible C-level operation is cut short
@@ -230,8 +231,9 @@ class Suite(ABC):
         """The names :meth:`task_ids` takes (default: none)."""
         return []
 
-    def task_ids(self, split: str | None) -> list[str]:
-        """The ids of a split's tasks, or of all tasks (``None``)."""
+    def task_ids(self, split: str | None = "default") -> list[str]:
+        """The ids of a split's tasks, of all tasks (``None``), or of :attr:`default_split`'s."""
+        split = self.default_split if split == "default" else split
         if split is not None:
             raise ValueError(f"{self.name} has no split {split!r}; "
                              f"splits: {', '.join(self.splits()) or 'none (pass split=None)'}")
@@ -279,6 +281,11 @@ class Suite(ABC):
             checks.append({"action": call["name"], "arguments": call["arguments"], "met": met})
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
+
+    def summary(self, task: Task) -> str:
+        """One line about the task for listings (default: its first user message)."""
+        user = task.user if isinstance(task.user, str) else next(iter(task.user or ()), "")
+        return str(user or "")
 
     def communicate_checks(self, task: Task, episode: Episode) -> list[dict]:
         """What the agent had to tell the user, each ``{"info", "met"}`` (default: nothing)."""

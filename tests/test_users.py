@@ -1,6 +1,5 @@
 """The scripted and LLM users; the LLM user talks to a local OpenAI-compatible HTTP server."""
 
-import json
 import socket
 
 import gymnasium as gym

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
 
         return VectorOracle(env)
     if name in AGENTS:
-        return AGENTS[name](env, **kwargs)
+        return AGENTS[name](env, **check_kwargs(AGENTS[name], name, kwargs))
     if name == "smollm2":
         from envace_gym.agents.hf import load_smollm2
 
@@ -42,7 +43,7 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
     if kind == "hf" and arg:
         from envace_gym.agents.hf import HFAgent
 
-        return HFAgent(arg, env, **kwargs)
+        return HFAgent(arg, env, **check_kwargs(HFAgent, name, kwargs))
     if kind == "vllm" and "@" in arg:
         from envace_gym.agents.vllm import VLLMServerAgent
 
@@ -69,9 +70,39 @@ def _user_agent(name: str, env: gym.Env | None, **kwargs: Any) -> Agent:
     cls = getattr(import_module(module), attr, None)
     if not (isinstance(cls, type) and issubclass(cls, Agent)):
         raise ValueError(f"{name!r} names no envace_gym.agents.Agent subclass")
+    check_kwargs(cls, name, kwargs)
     if "env" in inspect.signature(cls).parameters:
         kwargs["env"] = env
     return cls(**kwargs)
+
+
+SIMPLE_TYPES = (bool, int, float, str)
+
+
+def check_kwargs(cls: type, name: str, kwargs: dict) -> dict:
+    """``kwargs`` if ``cls`` takes each of them with a value of its annotated type (checked for
+    ``bool``, ``int``, ``float`` and ``str`` annotations, and their optional forms), else one
+    ValueError naming the agent, the keyword and what it takes."""
+    signature = inspect.signature(cls)
+    if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+        return kwargs
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # annotations that do not resolve here: names are still checked
+        hints = {}
+    for key, value in kwargs.items():
+        if key not in signature.parameters or key == "env":
+            takes = ", ".join(p for p in signature.parameters if p not in ("self", "env")) or "none"
+            raise ValueError(f"the {name} agent takes no keyword {key!r}; it takes: {takes}")
+        allowed = [t for t in typing.get_args(hints.get(key)) or (hints.get(key),) if t in SIMPLE_TYPES]
+        if type(None) in typing.get_args(hints.get(key)) and value is None:
+            continue
+        if allowed and not any(isinstance(value, t) and not (t is int and isinstance(value, bool)) or
+                               (t is float and isinstance(value, int) and not isinstance(value, bool))
+                               for t in allowed):
+            raise ValueError(f"the {name} agent's {key} must be {' or '.join(t.__name__ for t in allowed)}, "
+                             f"got {value!r}")
+    return kwargs
 
 
 __all__ = ["AGENTS", "Agent", "KNNAgent", "NoisyOracle", "OracleAgent", "PrivateRehearsal", "RandomAgent", "load"]

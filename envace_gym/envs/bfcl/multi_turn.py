@@ -188,8 +188,8 @@ class MultiTurnSuite(Suite):
         self.stateless_tools = frozenset(doc["name"] for name in source.stateless_classes()
                                          for doc in source.class_docs(name))
 
-    def task_ids(self, split: str | None) -> list[str]:
-        if split is not None:
+    def task_ids(self, split: str | None = None) -> list[str]:
+        if split not in (None, "default"):
             raise ValueError(f"BFCL {self.category} has no splits; pass split=None")
         return list(self._raw)
 

@@ -98,8 +98,8 @@ class SingleTurnSuite(Suite):
         self._answers = source.answers(category)
         self._toolsets: dict[str, ToolSet] = {}
 
-    def task_ids(self, split: str | None) -> list[str]:
-        if split is not None:
+    def task_ids(self, split: str | None = None) -> list[str]:
+        if split not in (None, "default"):
             raise ValueError(f"BFCL {self.category} has no splits; pass split=None")
         return list(self._raw)
 

@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
-from envace_gym.env import EnvACEEnv
-from envace_gym.envs.tau2.mock_gen import MockGenSuite, get_gen_suite
-from envace_gym.envs.tau2.suite import DOMAINS, Tau2Suite, Tau2World, get_suite
+import os
 
-DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock": "base"}
+from loguru import logger
+
+# before any tau2 module loads: tau2 logs every tool response at DEBUG level and warns about a
+# missing .env file when imported
+logger.disable("tau2")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from envace_gym.env import EnvACEEnv  # noqa: E402
+from envace_gym.envs.tau2.mock_gen import MockGenSuite, get_gen_suite  # noqa: E402
+from envace_gym.envs.tau2.suite import DEFAULT_SPLIT, DOMAINS, Tau2Suite, Tau2World, get_suite  # noqa: E402
 
 
 def make_env(domain: str, split: str | None = "default", **kwargs) -> EnvACEEnv:

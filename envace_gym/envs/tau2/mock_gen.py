@@ -279,7 +279,7 @@ class MockGenSuite(Tau2Suite):
     def __init__(self, seed: int = 0, sizes: dict[str, int] | None = None):
         self.seed, self.sizes = seed, dict(sizes or SIZES)
         super().__init__("mock")
-        self.name = "mock-gen"
+        self.name, self.default_split = "mock-gen", "test"
 
     def __reduce__(self):  # pickled by reference: the process-wide suite of its seed
         return (get_gen_suite, (self.seed,)) if self.sizes == SIZES else (MockGenSuite, (self.seed, self.sizes))

@@ -12,33 +12,26 @@ from __future__ import annotations
 import copy
 import importlib
 import json
-import os
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from tau2.data_model.message import ToolCall as Tau2ToolCall
+from tau2.data_model.tasks import RewardType, Task as Tau2Task
+from tau2.environment.environment import Environment
+from tau2.environment.toolkit import ToolKitBase
+from tau2.utils import load_file
+from tau2.utils.pydantic_utils import update_pydantic_model_with_dict
+from tau2.utils.utils import DATA_DIR
 
-from loguru import logger  # noqa: E402
-
-# tau2 logs every tool response at DEBUG level and warns about a missing .env file.
-logger.disable("tau2")
-
-from tau2.data_model.message import ToolCall as Tau2ToolCall  # noqa: E402
-from tau2.data_model.tasks import RewardType, Task as Tau2Task  # noqa: E402
-from tau2.environment.environment import Environment  # noqa: E402
-from tau2.environment.toolkit import ToolKitBase  # noqa: E402
-from tau2.utils import load_file  # noqa: E402
-from tau2.utils.pydantic_utils import update_pydantic_model_with_dict  # noqa: E402
-from tau2.utils.utils import DATA_DIR  # noqa: E402
-
-from envace_gym.errors import ErrorCode, ToolError  # noqa: E402
-from envace_gym.messages import format_tool_call  # noqa: E402
-from envace_gym.state import cow_model, fork_model, model_diff  # noqa: E402
-from envace_gym.suite import Episode, Response, Suite, Task, User, World  # noqa: E402
-from envace_gym.tools import ToolSet  # noqa: E402
+from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.messages import format_tool_call
+from envace_gym.state import cow_model, fork_model, model_diff
+from envace_gym.suite import Episode, Response, Suite, Task, User, World
+from envace_gym.tools import ToolSet
 
 DOMAINS = ("retail", "airline", "telecom", "mock")
+DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock": "base"}
 STATELESS_TOOLS = ("calculate",)  # evaluates an expression: run isolated, so `9**9**9` is cut short
 GREETING = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
@@ -99,6 +92,7 @@ class Tau2Suite(Suite):
         if domain not in DOMAINS:
             raise ValueError(f"unknown tau2 domain {domain!r}; choose from {DOMAINS}")
         self.domain = self.name = domain
+        self.default_split = DEFAULT_SPLIT[domain]
         module = importlib.import_module(f"tau2.domains.{domain}.environment")
         self._template: Environment = module.get_environment()
         self._raw_tasks, self._splits = self._load_tasks()
@@ -131,7 +125,8 @@ class Tau2Suite(Suite):
     def splits(self) -> list[str]:
         return sorted(self._splits)
 
-    def task_ids(self, split: str | None) -> list[str]:
+    def task_ids(self, split: str | None = "default") -> list[str]:
+        split = self.default_split if split == "default" else split
         if split is None:
             return list(self._raw_tasks)
         if split not in self._splits:
@@ -151,6 +146,9 @@ class Tau2Suite(Suite):
 
     def system_prompt(self, task: Task) -> str:
         return self._system_prompt
+
+    def summary(self, task: Task) -> str:
+        return scenario_parts(task)[0]
 
     # worlds --------------------------------------------------------------
     def new_world(self, task: Task) -> Tau2World:

@@ -1,0 +1,79 @@
+"""What a new user trips on: choosing tasks, records that pandas reads right, one-line errors,
+where checkpoints went, the tiny model from the command line, quiet imports, whole tables."""
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+from typer.testing import CliRunner
+
+import envace_gym  # noqa: F401
+from envace_gym.cli import app
+from envace_gym.envs.tau2 import get_suite
+from envace_gym.records import read
+
+runner = CliRunner()
+
+
+def one_line_error(args, *parts):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and all(p in line for p in parts), line
+
+
+def test_tasks_lists_ids_with_a_summary_and_gold_calls():
+    result = runner.invoke(app, ["tasks", "EnvACE/tau2-mock-v0", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["task_id"]: r for r in json.loads(result.output)}
+    assert set(rows) == set(get_suite("mock").task_ids("base"))
+    assert rows["create_task_1"]["gold_calls"] >= 1 and rows["create_task_1"]["summary"]
+    result = runner.invoke(app, ["tasks", "EnvACE/tau2-mock-office-v0", "--split", "validation"])
+    assert result.exit_code == 0 and "validation_199" in result.output and "200 tasks" in result.output
+    assert get_suite("retail").task_ids() == get_suite("retail").task_ids("test")  # the default split
+
+
+def test_run_limit_records_the_split_and_pandas_reads_ids_as_text(tmp_path):
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--limit", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    frame = read(out)
+    assert len(frame) == 2 and str(frame["task_id"].dtype) == "string"
+    assert list(frame["task_id"]) == gym.make("EnvACE/tau2-retail-v0").unwrapped.task_ids[:2]
+    assert (frame["split"] == "test").all() and frame["reward"].dtype == float
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--split", "base", "--task-ids", "create_task_1",
+                                 "--out", str(out)])
+    assert result.exit_code == 0 and json.loads(out.read_text())["split"] == "base"
+    one_line_error(["run", "EnvACE/tau2-mock-v0", "--limit", "0"], "--limit")
+
+
+def test_a_missing_namespace_and_bad_agent_kwargs_are_one_line_errors():
+    one_line_error(["run", "tau2-retail-v0"], "did you mean EnvACE/tau2-retail-v0")
+    one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "noisy-oracle", "--agent-kwargs", "p=high"],
+                   "noisy-oracle", "p must be float", "'high'")
+    one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "noisy-oracle", "--agent-kwargs", "q=1"],
+                   "takes no keyword 'q'", "p, seed")
+
+
+def test_a_pipe_gets_whole_tables():
+    result = runner.invoke(app, ["run", "EnvACE/bfcl-multi-turn-base-v0", "--limit", "1", "--out", "/dev/null"])
+    assert result.exit_code == 0, result.output
+    assert "multi_turn_base_0" in result.output
+
+
+def test_tiny_model_then_sft_says_where_the_checkpoint_went(tmp_path):
+    result = runner.invoke(app, ["tiny-model", str(tmp_path / "tiny")])
+    assert result.exit_code == 0 and (tmp_path / "tiny" / "config.json").exists(), result.output
+    result = runner.invoke(app, ["sft", "--model", f"hf:{tmp_path / 'tiny'}", "--env", "EnvACE/tau2-mock-v0",
+                                 "--split", "base", "--eval-split", "base", "--steps", "1", "--max-episodes", "2",
+                                 "--out", str(tmp_path / "sft")])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"last checkpoint: {tmp_path / 'sft' / 'step-1'}" in text and f"--agent hf:{tmp_path / 'sft' / 'step-1'}" in text
+
+
+def test_importing_a_tau2_suite_prints_no_dotenv_warning():
+    done = subprocess.run([sys.executable, "-c", "import gymnasium as gym, envace_gym; "
+                           "gym.make('EnvACE/tau2-mock-gen-v0')"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "No .env" not in done.stderr, done.stderr
