@@ -258,6 +258,9 @@ def run(
         envs = make_envs(env_id, batch, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
                          simulator=simulator, p_real=p_real, **user_option(user))
         actor = agents.load(agent, env=envs[0], **parse_pairs(agent_kwargs))
+        if not actor.acts:
+            raise ValueError(f"{actor.name} is a world model and cannot act: it answers rehearse turns only; give "
+                             "it as --simulator, --world-model or compare's --agent, and act with another agent")
         rehearsing = agents.PrivateRehearsal(actor, envs[0], rehearsal_budget, rehearsal_mode, rehearsal_select,
                                              agents.load(world_model, env=envs[0]) if world_model else None,
                                              rehearsal_horizon, rehearsal_scorer)

@@ -9,6 +9,7 @@ class Agent(ABC):
     """Maps an observation (``obs["role"]`` is ``act`` or ``rehearse``) to action text."""
 
     name = "agent"
+    acts = True  # whether it can play the act role (a world model like knn cannot)
     runs_worlds = False  # whether its rehearsals execute calls on a (replayed) world, as the oracle's do
 
     @abstractmethod

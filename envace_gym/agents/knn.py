@@ -14,6 +14,10 @@ def _tokens(arguments: dict) -> frozenset[str]:
     return frozenset(f"{path}={json.dumps(value)}" for path, value in flatten(arguments).items())
 
 
+CANNOT_ACT = ("knn is a world model and cannot act: it answers rehearse turns only; give it as --simulator "
+              "(dynamics simulated), --world-model or compare's --agent, and act with another agent")
+
+
 class KNNAgent(Agent):
     """Answers a rehearse turn with the response of the most similar earlier call of the same tool.
 
@@ -25,6 +29,7 @@ class KNNAgent(Agent):
     """
 
     name = "knn"
+    acts = False
 
     def __init__(self, env: gym.Env | None = None, memory: list[dict] | None = None):
         self.memory: dict[str, list[tuple[frozenset[str], str]]] = {}
@@ -49,8 +54,7 @@ class KNNAgent(Agent):
     def act(self, obs: dict) -> str:
         self._observe(obs["messages"])
         if obs["role"] == "act":
-            raise ValueError("knn is a world model and cannot act: it answers rehearse turns only; give it as "
-                             "--simulator (dynamics simulated) or as compare's --agent, and act with another agent")
+            raise ValueError(CANNOT_ACT)
         call = obs["tool_call"]
         candidates = self.memory.get(call["name"])
         if not candidates:
