@@ -154,3 +154,28 @@ def test_gold_answers_never_in_obs_or_info():
     obs, info = env.reset(options={"task_id": "5"})
     assert not any(s in json.dumps(obs) + json.dumps(info) for s in secrets)
     assert "evaluation_criteria" not in json.dumps(obs) + json.dumps(info)
+
+
+class Interrupted:
+    """The oracle after ``hostile`` foreign turns, each a call that is rejected."""
+
+    def __init__(self, env, hostile: int):
+        self.oracle, self.hostile = OracleAgent(env), hostile
+
+    def act(self, obs):
+        if obs["role"] == "act" and self.hostile:
+            self.hostile -= 1
+            return '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>'
+        return self.oracle.act(obs)
+
+
+@pytest.mark.parametrize("env_id,task_id,hostile", [  # BFCL allows 20 tool-calling steps per user turn
+    ("EnvACE/tau2-retail-v0", "5", 32), ("EnvACE/tau2-mock-office-v0", "test_0", 32),
+    ("EnvACE/bfcl-multi-turn-base-v0", "multi_turn_base_0", 12)])
+def test_the_oracle_continues_its_plan_after_foreign_turns(env_id, task_id, hostile):
+    env = gym.make(env_id, split=None, max_turns=None)
+    reward, info, _ = play(env, Interrupted(env, hostile), task_id)
+    assert reward == 1.0, info.get("reward_info")
+    gold = [c for c in env.unwrapped.suite.gold_calls(env.unwrapped.suite.task(task_id)) if c["requestor"] == "assistant"]
+    made = [c for c in env.unwrapped.episode.calls if c.requestor == "assistant" and c.name != "no_such_tool"]
+    assert len(made) == len(gold)

@@ -52,6 +52,11 @@ class NoisyOracle(OracleAgent):
             raise ValueError(f"p must be in [0, 1], got {p}")
         self.p, self.rng, self.redraws = p, random.Random(seed), redraws
 
+    def cursor(self, obs: dict) -> int:
+        """The oracle's step for the act turns taken so far, on purpose: a noisy turn used its
+        gold step up (the task moves on, as an agent's wrong call would), rather than retrying it."""
+        return self.turns_taken(obs)
+
     def act(self, obs: dict) -> str:
         gold = super().act(obs)
         if obs["role"] == "rehearse":

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import gymnasium as gym
 
 from envace_gym.agents.base import Agent
 from envace_gym.env import EnvACEEnv
+from envace_gym.messages import parse_act
+from envace_gym.suite import recording_key
 
 
 class OracleAgent(Agent):
@@ -16,9 +19,9 @@ class OracleAgent(Agent):
     It reads the gold plan through ``env.unwrapped`` (never through ``obs`` or
     ``info``): one gold call per act turn, the task's communicate-info items
     stated before it ends, and on a rehearse turn the real world's answer. Which
-    plan step comes next is read from the observation (the act turns taken so
-    far), so the same oracle can act in forks of its episode; :meth:`bind` gives
-    one that rehearses a fork's world.
+    plan step comes next is read from the episode (:meth:`cursor`: the first step
+    not done yet), so the same oracle can act in forks of its episode and continues
+    its plan after foreign turns; :meth:`bind` gives one that rehearses a fork's world.
     """
 
     name = "oracle"
@@ -52,10 +55,28 @@ class OracleAgent(Agent):
             self._plan = env.suite.oracle_plan(task)
             # system prompt, the suite's opening messages, the user's first message
             self._opening = len(env.suite.opening_messages(task)) + 2
-        cursor = self.turns_taken(obs)
+        cursor = self.cursor(obs)
         if cursor >= len(self._plan):
             return self._plan[-1] if self._plan else "###STOP###"
         return self._plan[cursor]
+
+    def cursor(self, obs: dict) -> int:
+        """The first plan step this episode has not done yet: a call step is done once the
+        assistant made its calls (same names and arguments, validated or not), a message step
+        once the assistant said it; each made call or said message does one step. So foreign
+        turns (a hostile or private-rehearsal agent's) skip no gold step, in forks too."""
+        episode = self._unwrapped.episode
+        made = Counter(recording_key(c.name, c.arguments) for c in episode.calls if c.requestor == "assistant")
+        said = Counter((m.get("content") or "").strip() for m in episode.messages[self._opening:]
+                       if m["role"] == "assistant")
+        for i, step in enumerate(self._plan):
+            text, calls = parse_act(step)
+            done = Counter(recording_key(c.name, c.arguments) for c in calls) if calls else Counter({text.strip(): 1})
+            pool = made if calls else said
+            if any(pool[key] < n for key, n in done.items()):
+                return i
+            pool.subtract(done)
+        return len(self._plan)
 
     def turns_taken(self, obs: dict) -> int:
         """The act turns taken so far in the episode ``obs`` shows (one assistant message each)."""
