@@ -77,3 +77,8 @@ def test_importing_a_tau2_suite_prints_no_dotenv_warning():
     done = subprocess.run([sys.executable, "-c", "import gymnasium as gym, envace_gym; "
                            "gym.make('EnvACE/tau2-mock-gen-v0')"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "No .env" not in done.stderr, done.stderr
+
+
+def test_a_folder_without_a_model_is_a_one_line_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", f"hf:{tmp_path / 'empty'}"], "no config.json")

@@ -30,6 +30,10 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
         local = arg.rpartition("@")[0] if "@" in arg else arg
         if local.startswith(("/", ".", "~")) and not Path(local).expanduser().exists():
             raise FileNotFoundError(f"no model at {local!r}: no such file or folder")
+        if Path(local).expanduser().is_dir() and not (Path(local).expanduser() / "config.json").is_file():
+            raise FileNotFoundError(f"no model in {local!r}: the folder has no config.json (a transformers model "
+                                    "folder holds config.json, the weights and the tokenizer; "
+                                    "`envace-gym tiny-model PATH` writes one)")
     if name == "oracle" and isinstance(env, gym.vector.VectorEnv):
         from envace_gym.agents.vector import VectorOracle
 
