@@ -363,3 +363,20 @@ def test_hostile_calls_never_raise_and_rejected_ones_change_nothing(fuzzed, name
         assert fuzzed.episode.world.env.tools.db.model_dump() == before
     if name in HOSTILE_NAMES:
         assert info["tool_calls"][0]["error"] in ("unknown_tool", "malformed_call")  # inf is not JSON
+
+
+def test_the_scripted_user_answers_a_question_with_the_sentence_it_is_about():
+    from types import SimpleNamespace
+
+    from envace_gym.envs.vitabench.users import ScriptedUser
+
+    instructions = ("You want to order two bowls of beef noodles from a noodle shop near your office. "
+                    "Deliver them to Room 301, Building A. You want them delivered at 12:30 pm. "
+                    "Pay with the default payment method.")
+    user = ScriptedUser(SimpleNamespace(id="t", data=SimpleNamespace(instructions=instructions)))
+    assert user.reply("What time would you like it delivered?", None).text == "You want them delivered at 12:30 pm."
+    assert user.reply("Where should we deliver the order?", None).text == "Deliver them to Room 301, Building A."
+    assert user.reply("How would you like to pay?", None).text == "Pay with the default payment method."
+    assert user.reply("What time again?", None).text == "I have no preference for the time."
+    assert user.reply("Do you want chopsticks?", None).text == "I have no preference; please go ahead."
+    assert user.reply("Your order is placed.", None).text == "Yes, please go ahead."

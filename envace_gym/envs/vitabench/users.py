@@ -3,6 +3,7 @@ OpenAI-compatible server."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from envace_gym.endpoint import ChatEndpoint
@@ -17,9 +18,23 @@ from vita.user.user_simulator import UserSimulator  # noqa: E402
 
 AGENT_STOP = LocalAgent.STOP_TOKEN
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
-WORD_RE = re.compile(r"[a-z]{4,}")
+WORD_RE = re.compile(r"[a-z]{3,}")
 FUNCTION_WORDS = frozenset("what which when where would could should shall will like your yours have that this "
-                           "with want need there their about from into please them they then than".split())
+                           "with want need there their about from into please them they then than the and you "
+                           "for are can how any our its was has had not but all may one".split())
+# questions about a time or a place; the cues of a sentence that answers one (a precise cue
+# weighs 2, a vague one 1); and the reply when no sentence has a cue
+TOPICS = (
+    (re.compile(r"\b(when|what time|which time|time slot|how soon)\b"),
+     ((re.compile(r"\d{1,2}(:\d{2})?\s*(am|pm)\b|\b\d{1,2}:\d{2}\b|o'clock"), 2),
+      (re.compile(r"\b(morning|afternoon|evening|noon|tonight|tomorrow|today|asap|as soon as)\b"), 1)),
+     "I have no preference for the time."),
+    (re.compile(r"\b(where|address|which location)\b"),
+     ((re.compile(r"\b(room|building|street|road|avenue|floor|apartment|unit)\b"), 2),
+      (re.compile(r"\b(address|office|home|district|nearby)\b"), 1)),
+     "I have no preference for the place."),
+)
+NO_PREFERENCE = "I have no preference; please go ahead."
 
 
 def content_words(text: str) -> set[str]:
@@ -30,9 +45,13 @@ def content_words(text: str) -> set[str]:
 class ScriptedUser(User):
     """A deterministic user built from the task's instructions.
 
-    It opens with the instructions; a question gets the instruction sentence, not yet given
-    as an answer, that shares the most content words with it (the earliest of equals),
-    any other message, and a question that shares none, a go-ahead. It ends the episode,
+    It opens with the instructions. A question about a time or a place gets the instruction
+    sentence, not yet given as an answer, with the strongest cue of one (a clock time, a room
+    or street; then the most relevant, then the earliest), else "I have no preference";
+    another question gets the unsaid sentence whose shared content words are the most
+    distinctive (each weighted by how few sentences hold it; a word that most sentences hold
+    does not count), else "I have no preference"; any other message gets a go-ahead. It ends
+    the episode,
     saying nothing, when the agent closes with VitaBench's stop token (``###STOP###``), or
     with VitaBench's user stop token after ``max_turns`` replies.
     """
@@ -51,13 +70,28 @@ class ScriptedUser(User):
             return UserReply("", stop=True)
         if self.turns > self.max_turns:
             return UserReply(f"Thank you, that is all. {STOP}", stop=True)
-        if "?" in agent_text and self.unsaid:
-            asked = content_words(agent_text)
-            sentence = max(self.unsaid, key=lambda s: len(asked & content_words(s)))
-            if asked & content_words(sentence):
-                self.unsaid.remove(sentence)
-                return UserReply(sentence)
-        return UserReply("Yes, please go ahead.")
+        if "?" not in agent_text:
+            return UserReply("Yes, please go ahead.")
+        question, relevance = agent_text.lower(), self._relevance(content_words(agent_text))
+        for asks, cues, none in TOPICS:
+            if asks.search(question):
+                found = [sum(w * len(p.findall(s.lower())) for p, w in cues) for s in self.unsaid]
+                best = max(range(len(found)), key=lambda i: (found[i], relevance[i], -i), default=None)
+                return self._say(self.unsaid[best]) if best is not None and found[best] else UserReply(none)
+        best = max(range(len(relevance)), key=lambda i: (relevance[i], -i), default=None)
+        return self._say(self.unsaid[best]) if best is not None and relevance[best] > 0 else UserReply(NO_PREFERENCE)
+
+    def _relevance(self, asked: set[str]) -> list[float]:
+        """Per unsaid sentence, its shared words with the question, each weighted by how distinctive it
+        is among all the instruction sentences (a word that most of them hold weighs nothing)."""
+        sentences = [content_words(s) for s in SENTENCE_RE.split(self.instructions) if s]
+        df = {w: sum(w in words for words in sentences) for w in asked}
+        weight = {w: math.log(len(sentences) / n) for w, n in df.items() if 0 < n <= len(sentences) / 2}
+        return [sum(weight.get(w, 0.0) for w in asked & content_words(s)) for s in self.unsaid]
+
+    def _say(self, sentence: str) -> UserReply:
+        self.unsaid.remove(sentence)
+        return UserReply(sentence)
 
 
 class LLMUser(User):
