@@ -56,15 +56,15 @@ def generate(split: str, index: int, seed: int = 0) -> dict:
     for attempt in count():
         rng = random.Random(f"{seed}:{split}:{index}:{attempt}")
         db = _draw_db(rng)
-        steps = _draw_steps(rng, db)
+        steps = draw_steps(rng, db)
         if not steps:
             continue
         instruction = "Please " + ", then ".join(s["text"] for s in steps) + "."
-        if _cost(instruction, db, steps) <= BUDGET and _split_of(instruction) == split:
-            return _tau2_task(f"{split}_{index}", instruction, db, steps)
+        if token_cost(instruction, db, steps) <= BUDGET and _split_of(instruction) == split:
+            return tau2_task(f"{split}_{index}", instruction, db, steps)
 
 
-def _cost(instruction: str, db: dict, steps: list[dict]) -> int:
+def token_cost(instruction: str, db: dict, steps: list[dict]) -> int:
     """A task's own turns (instruction, calls, responses, what must be said) in SmolLM2 tokens, roughly."""
     calls = [name for s in steps for name, _ in s["actions"]]
     if any(s["lookup"] for s in steps):
@@ -92,7 +92,7 @@ def _draw_db(rng: random.Random) -> dict:
     return {"users": users, "tasks": tasks}
 
 
-def _draw_steps(rng: random.Random, db: dict) -> list[dict]:
+def draw_steps(rng: random.Random, db: dict) -> list[dict]:
     """One to four steps, each a kind that applies to the state so far; [] when the draw does not fit."""
     state = copy.deepcopy(db)
     state.update(titles={t["title"] for t in db["tasks"].values()}, listed=set())
@@ -205,7 +205,7 @@ STEPS = {  # kind: (step maker, weight)
     "delete": (_delete, 0.5)}
 
 
-def _tau2_task(task_id: str, instruction: str, db: dict, steps: list[dict]) -> dict:
+def tau2_task(task_id: str, instruction: str, db: dict, steps: list[dict]) -> dict:
     calls, looked_up = [], False
     for step in steps:
         if step["lookup"] and not looked_up:

@@ -21,14 +21,14 @@ from functools import cache
 from itertools import count
 
 from envace_gym.env import EnvACEEnv
-from envace_gym.envs.tau2.mock_gen import NAMES, TITLES, MockGenSuite, _cost, _draw_steps, _tau2_task
+from envace_gym.envs.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
 from envace_gym.envs.tau2.suite import Tau2World
 from envace_gym.suite import Task
 
 OFFICE_SEED = 2026
 USERS, TASKS = 8, 12
 SIZES = {"train": 3000, "validation": 200, "test": 200}
-BUDGET = 400  # mock-gen's token estimate (:func:`~envace_gym.envs.tau2.mock_gen._cost`); get_users lists 8 users
+BUDGET = 400  # of mock-gen's token estimate (mock_gen.token_cost); get_users lists 8 users here
 # an instruction's hash byte modulo 16 names its split: 0-1 test, 2 validation, the rest train
 SPLIT_OF_BYTE = {0: "test", 1: "test", 2: "validation"}
 
@@ -65,17 +65,17 @@ def office_tasks(sizes: tuple[tuple[str, int], ...] = tuple(SIZES.items())) -> d
         if all(len(seen[s]) >= n for s, n in wanted.items()):
             return tasks
         rng = random.Random(f"office:{OFFICE_SEED}:draft:{k}")
-        steps = _draw_steps(rng, db)
+        steps = draw_steps(rng, db)
         if not steps:
             continue
         instruction = "Please " + ", then ".join(s["text"] for s in steps) + "."
         split = split_of(instruction)
         if split not in wanted or len(seen[split]) >= wanted[split] or instruction in seen[split] \
-                or _cost(instruction, db, steps) > BUDGET:
+                or token_cost(instruction, db, steps) > BUDGET:
             continue
         task_id = f"{split}_{len(seen[split])}"
         seen[split].add(instruction)
-        tasks[task_id] = _tau2_task(task_id, instruction, db, steps)
+        tasks[task_id] = tau2_task(task_id, instruction, db, steps)
         tasks[task_id]["description"]["purpose"] = "Office mock-domain task (one shared database)"
 
 

@@ -24,6 +24,7 @@ from tau2.utils import load_file
 from tau2.utils.pydantic_utils import update_pydantic_model_with_dict
 from tau2.utils.utils import DATA_DIR
 
+from envace_gym.envs.tau2.users import GREETING, LLMUser, ScriptedUser, scenario_parts
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.messages import format_tool_call
 from envace_gym.state import cow_model, fork_model, model_diff
@@ -33,7 +34,6 @@ from envace_gym.tools import ToolSet
 DOMAINS = ("retail", "airline", "telecom", "mock")
 DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock": "base"}
 STATELESS_TOOLS = ("calculate",)  # evaluates an expression: run isolated, so `9**9**9` is cut short
-GREETING = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
 AGENT_INSTRUCTION = (
     "You are a customer service agent that helps the user according to the <policy> provided below.\n"
@@ -49,14 +49,6 @@ def _clone_toolkit(toolkit: ToolKitBase, db) -> ToolKitBase:
     for name, value in vars(toolkit).items():
         setattr(clone, name, db if name == "db" else copy.deepcopy(value))
     return clone
-
-
-def scenario_parts(task: Task) -> tuple[str, str]:
-    """The user scenario's reason for the call and the info the user knows."""
-    instructions = task.data.user_scenario.instructions
-    if isinstance(instructions, str):
-        return instructions, ""
-    return instructions.reason_for_call or "", instructions.known_info or ""
 
 
 class Tau2World(World):
@@ -205,8 +197,6 @@ class Tau2Suite(Suite):
         return out
 
     def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User:
-        from envace_gym.envs.tau2.users import LLMUser, ScriptedUser
-
         if isinstance(kind, User):
             return kind
         if kind == "scripted":

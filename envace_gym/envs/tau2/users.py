@@ -8,9 +8,19 @@ import re
 from tau2.utils.utils import DATA_DIR
 
 from envace_gym.endpoint import ChatEndpoint
-from envace_gym.envs.tau2.suite import scenario_parts
 from envace_gym.messages import ToolCall, assistant_message, tool_message
 from envace_gym.suite import CallRecord, Task, User, UserReply, World
+
+GREETING = "Hi! How can I help you today?"  # the agent's opening, as in tau2
+
+
+def scenario_parts(task: Task) -> tuple[str, str]:
+    """The user scenario's reason for the call and the info the user knows."""
+    instructions = task.data.user_scenario.instructions
+    if isinstance(instructions, str):
+        return instructions, ""
+    return instructions.reason_for_call or "", instructions.known_info or ""
+
 
 USER_STOP, USER_TRANSFER, USER_OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 GUIDELINES_DIR = DATA_DIR / "tau2" / "user_simulator"
@@ -114,8 +124,6 @@ class LLMUser(User):
         self.max_calls_per_message = max_calls_per_message
 
     def opening(self, world: World) -> str:
-        from envace_gym.envs.tau2.suite import GREETING
-
         return self.reply(GREETING, world).text
 
     def reply(self, agent_text: str, world: World) -> UserReply:
