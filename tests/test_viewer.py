@@ -1,0 +1,102 @@
+"""`envace-gym view`: one self-contained HTML file, checked in headless Chromium (Debian's
+`chromium`, installed by the Makefile's test setup): it renders without console errors, its
+tables count, filter and sort right, an episode opens, a crafted pair highlights exactly the
+leaves that differ, and text from records never runs as script."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envace_gym.cli import app
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (`make test` installs Debian's)")
+HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+REAL = {"a": 1, "b": {"c": 2, "d": [1, 2]}, "f": "same"}
+REHEARSED = {"a": 1, "b": {"c": 3, "d": [1, 5]}, "f": "same", "e": 0}
+
+
+def episode(task_id: str, reward: float, text: str) -> dict:
+    return {"task_id": task_id, "reward": reward, "reward_source": "world", "dynamics": "real", "agent": "x",
+            "turns": 2, "tool_calls": 1, "real_calls": 1, "ended_by": "user_stop", "error": None,
+            "reward_info": {"note": text}, "opening_messages": 2, "rehearsal_attempts": 0,
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text},
+                         {"role": "assistant", "content": "",
+                          "tool_calls": [{"id": "c1", "type": "function",
+                                          "function": {"name": "lookup", "arguments": {"q": text}}}]},
+                         {"role": "tool", "tool_call_id": "c1", "name": "lookup",
+                          "content": json.dumps({"error": {"code": "invalid_arguments", "message": text}})},
+                         {"role": "assistant", "content": "Done."}]}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("view")
+    runs = folder / "run.jsonl"
+    runs.write_text("\n".join(json.dumps(episode(f"t{i}", i / 10, HOSTILE if i == 3 else f"hello {i}"))
+                              for i in range(7)) + "\n")
+    calls = folder / "compare.jsonl"
+    calls.write_text(json.dumps({"task_id": "t1", "tool": "lookup", "arguments": {"q": 1}, "real": json.dumps(REAL),
+                                 "rehearsed": json.dumps(REHEARSED), "parsed": True, "shape": 0.8,
+                                 "leaf_match": 0.5, "error_agree": True, "exact": False}) + "\n"
+                     + json.dumps({"task_id": "t2", "tool": "other", "arguments": {}, "real": json.dumps(HOSTILE),
+                                   "rehearsed": json.dumps({"x": HOSTILE}), "parsed": True, "shape": 0.0,
+                                   "leaf_match": 0.0, "error_agree": True, "exact": False}) + "\n")
+    train = folder / "train"
+    train.mkdir()
+    (train / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "reward": s / 10, "loss/act": 1 / s})
+                                                   for s in range(1, 6)) + "\n")
+    out = folder / "report.html"
+    result = CliRunner().invoke(app, ["view", str(runs), str(calls), str(train), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_record_text_cannot_close_the_data_block_or_open_markup(report):
+    html = report.read_text()
+    assert html.count("<script") == 2 and "document.title='pwned'" not in html.split('id="data">')[0]
+    assert "<img src=x" not in html and "\\u003cscript>" in html
+    for fetch in ('src="http', "src='http", 'href="http', "url(http", "@import"):  # nothing from a network
+        assert fetch not in html
+
+
+def dom(report: Path, fragment: str) -> tuple[str, str]:
+    """The page's DOM after its script ran, and the browser's console log."""
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+                           "--enable-logging=stderr", "--v=0", "--dump-dom", f"{report.as_uri()}#{fragment}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, done.stderr
+
+
+@needs_browser
+def test_the_page_renders_counts_filters_sorts_and_opens_an_episode(report):
+    page, console = dom(report, "tab=runs&q=&sort=-reward&page=0&open=3")
+    assert 'data-ready="1"' in page and "Uncaught" not in console and "CONSOLE" not in console.replace(
+        "CONSOLE(0)", "")
+    assert 'data-rows="7"' in page
+    keys = [k for k in page.split('data-key="')[1:]]
+    assert [k.split('"')[0] for k in keys] == ["6", "5", "4", "3", "2", "1", "0"]  # reward, descending
+    assert page.count('class="msg ') == 5 and "system prompt</summary>" in page  # the opened episode
+    assert "error: invalid_arguments" in page
+    assert "<title>envace-gym view</title>" in page and "pwned</title>" not in page  # the script never ran
+    assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in page  # shown as text
+    filtered, _ = dom(report, "tab=runs&q=t5&sort=&page=0&open=")
+    assert 'data-rows="1"' in filtered and 'data-key="5"' in filtered
+
+
+@needs_browser
+def test_the_diff_highlights_exactly_the_leaves_that_differ(report):
+    page, console = dom(report, "tab=calls&q=&sort=&page=0&open=0")
+    assert "Uncaught" not in console and 'data-rows="2"' in page
+    real, rehearsed = page.split("<h4>real</h4>")[1].split("<h4>rehearsed</h4>")
+    paths = lambda part: sorted(x.split('"')[0] for x in part.split('data-path="')[1:])  # noqa: E731
+    assert paths(real) == ["b.c", "b.d[1]"] and paths(rehearsed) == ["b.c", "b.d[1]", "e"]
+    tools, _ = dom(report, "tab=tools&q=&sort=-leaf_match&page=0&open=")
+    assert 'data-rows="2"' in tools and tools.index('data-key="lookup"') < tools.index('data-key="other"')
+    training, _ = dom(report, "tab=training")
+    assert "<svg" in training and "reward by role" in training
