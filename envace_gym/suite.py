@@ -342,6 +342,10 @@ class Suite(ABC):
 OVER_TIME = "over_time"  # the ``native`` of a limit error whose call ran out of time
 
 
+def _error_response(code: ErrorCode, message: str, native: Any = None) -> Response:
+    return Response(error=ToolError(code, message[:1000]), native=native or f"Error: {message[:1000]}")
+
+
 def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limits,
             requestor: str = "assistant") -> Response:
     """One schema-valid call on ``world`` within ``limits``; whatever happens, a Response.
@@ -356,8 +360,7 @@ def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limi
     def run():
         return world.execute(name, arguments, requestor)
 
-    def error(code: ErrorCode, message: str, native=None) -> Response:
-        return Response(error=ToolError(code, message[:1000]), native=native or f"Error: {message[:1000]}")
+    error = _error_response
 
     try:
         if name in suite.stateless_tools:
@@ -385,9 +388,7 @@ def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limi
 def checked(name: str, response: Response, limits: Limits, who: str = "the world's") -> Response:
     """``response`` if its text is standard JSON (an object or array) within ``limits.response_chars``,
     else the ``limit_exceeded`` or ``execution_error`` that replaces it (real and replayed alike)."""
-    def error(code: ErrorCode, message: str) -> Response:
-        return Response(error=ToolError(code, message[:1000]), native=f"Error: {message[:1000]}")
-
+    error = _error_response
     if not isinstance(response.text, str):
         return error(ErrorCode.EXECUTION_ERROR, f"{name}: {who} response is not text")
     if len(response.text) > limits.response_chars:

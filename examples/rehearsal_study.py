@@ -33,6 +33,7 @@ calls; ``sft_curve.png``).
     python examples/rehearsal_study.py --seeds 0 1 2 --out runs/rehearsal_study
     python examples/rehearsal_study.py --env EnvACE/tau2-mock-gen-v0 --seeds 0 --out runs/study_mock_gen
     python examples/rehearsal_study.py --summarize --out runs/rehearsal_study   # redraw from the seed files
+    python examples/rehearsal_study.py --diagnose runs/rehearsal_study/seed0/warm --out runs/rehearsal_study
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
+from envace_gym.rewards import actions_share_reward
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.evaluation import fidelity, play
@@ -171,6 +173,28 @@ class _Loaded:
         self.model, self.tokenizer = agent.model, agent.tokenizer
 
 
+def failure_modes(env_id: str, model: Path, split: str, args) -> dict:
+    """Why the greedy policy of ``model`` fails the tasks of ``split`` it fails, one cause per
+    episode, checked in this order: cut by the turn limit, a gold call missing, every gold call
+    made but the database differs (a wrong or extra write), every call right but an item unsaid."""
+    env = gym.make(env_id, split=split, dynamics="real", max_turns=args.max_turns)
+    agent = HFAgent(model, max_new_tokens=args.new_tokens)
+    causes = dict.fromkeys(("solved", "turn_limit", "missing_call", "wrong_write", "unsaid_item", "other"), 0)
+    for i, task_id in enumerate(env.unwrapped.task_ids):
+        obs, _ = env.reset(seed=i, options={"task_id": task_id})
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(agent.act(obs))
+            done = terminated or truncated
+        parts = info.get("reward_info", {})
+        share = actions_share_reward(env.unwrapped.episode)[0]
+        cause = ("solved" if reward == 1.0 else "turn_limit" if truncated else "missing_call" if share < 1.0
+                 else "wrong_write" if parts.get("db") == 0.0 else "unsaid_item" if parts.get("communicate") == 0.0
+                 else "other")
+        causes[cause] += 1
+    return causes
+
+
 def mean_se(values: list[float]) -> dict:
     values = [v for v in values if v is not None]
     if not values:
@@ -270,6 +294,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/rehearsal_study"))
     parser.add_argument("--summarize", action="store_true", help="only redraw results from the seed files")
+    parser.add_argument("--diagnose", type=Path, nargs="+", help="saved models: count why each fails the test tasks")
     parser.add_argument("--hidden", type=int, default=256, help="tiny model width")
     parser.add_argument("--layers", type=int, default=4, help="tiny model depth")
     parser.add_argument("--sft-episodes", type=int, default=3000)
@@ -299,6 +324,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.summarize:
         print(json.dumps(write_summary(args), indent=1))
+        return
+    if args.diagnose:
+        causes = {str(path): failure_modes(args.env, path, "test", args) for path in args.diagnose}
+        (args.out / "failure_modes.json").write_text(json.dumps(causes, indent=1))
+        print(json.dumps(causes, indent=1))
         return
     if len(args.seeds) == 1:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
