@@ -54,7 +54,7 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
-from envace_gym.rewards import actions_share_reward
+from envace_gym.rewards import actions_share_reward, progress_reward
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.evaluation import fidelity, play
@@ -77,6 +77,7 @@ class Study:
         self.envs = {split: gym.make(args.env, split=split, dynamics="real", max_turns=args.max_turns)
                      for split in ("validation", "test")}
         self.record: dict = {"seed": seed}
+        self.trainers: dict = {}
 
     def save(self) -> None:
         (self.out / "results.json").write_text(json.dumps(self.record, indent=1))
@@ -136,11 +137,13 @@ class Study:
         dynamics, roles = CONDITIONS[name]
         trainer = Trainer(TrainConfig(
             model=f"hf:{warm}", env_id=args.env, out=str(self.out / name), dynamics=dynamics, roles=roles,
-            reward=args.reward, group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
+            reward=STUDY_REWARDS.get(args.reward, args.reward), group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
             lr=args.lr, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
             max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
             tensorboard=False, seed=self.seed))
         curve = self.record[name] = [{"step": 0, "real_calls": 0, "train_reward": None, **self.record["warm"]}]
+        if self.args.keep_models:
+            self.trainers[name] = trainer
         real_calls, rewards = 0, []
         while trainer.step < args.steps:
             record = trainer.train_step()
@@ -157,12 +160,21 @@ class Study:
                 self.save()
 
     def run(self) -> None:
-        warm, plateau = self.sft()
-        self.record["warm"] = self.evaluate(_Loaded(warm), "test", None)
-        self.record["plateau"] = self.evaluate(_Loaded(plateau), "test", None)
+        if self.args.warm_from:  # an earlier study's SFT phase and warm start for this seed
+            earlier = self.args.warm_from / f"seed{self.seed}"
+            done = json.loads((earlier / "results.json").read_text())
+            self.record.update({k: done[k] for k in ("before", "sft_curve", "warm_step", "plateau_step", "warm",
+                                                     "plateau", "warm_target") if k in done})
+            warm = earlier / "warm"
+        else:
+            warm, plateau = self.sft()
+            self.record["warm"] = self.evaluate(_Loaded(warm), "test", None)
+            self.record["plateau"] = self.evaluate(_Loaded(plateau), "test", None)
         self.save()
         for name in self.args.conditions:
             self.grpo(name, warm)
+            if self.args.keep_models:  # for --diagnose
+                self._keep(self.trainers.pop(name), name + "-final")
 
 
 class _Loaded:
@@ -193,6 +205,22 @@ def failure_modes(env_id: str, model: Path, split: str, args) -> dict:
                  else "other")
         causes[cause] += 1
     return causes
+
+
+def strict_progress(episode) -> tuple[float, dict]:
+    """An ablation of ``progress``: a made call that matches no gold call counts against the calls'
+    share (``hits / (gold + extra)``), as a wrong or extra write fails tau2's database check."""
+    _, parts = progress_reward(episode)
+    checks = parts.get("action_checks") or []
+    hits = sum(c["met"] for c in checks)
+    extra = max(0, sum(c.ran and c.requestor == "assistant" for c in episode.calls) - hits)
+    share = hits / (len(checks) + extra) if checks or extra else 1.0
+    said = parts["communicate_share"]
+    value = share if said is None else (share + said) / 2
+    return value, {**parts, "strict_share": share, "strict_progress": value}
+
+
+STUDY_REWARDS = {"strict_progress": strict_progress}  # ablations, by --reward name
 
 
 def mean_se(values: list[float]) -> dict:
@@ -278,9 +306,34 @@ def plot(runs: list[dict], out: Path, env_id: str) -> None:
     plt.close(fig)
 
 
+def markdown(summary: dict) -> str:
+    """The summary as a Markdown table: mean ± standard error over seeds, and each seed's value."""
+    def cell(entry: dict) -> str:
+        if entry["mean"] is None:
+            return "-"
+        se = f" ± {entry['se']:.2f}" if entry.get("se") is not None else ""
+        seeds = ", ".join("-" if v is None else f"{v:.2f}" for v in entry["by_seed"])
+        return f"{entry['mean']:.2f}{se} ({seeds})"
+
+    names = {"before": "before training", "warm": "warm start (SFT)", "plateau": "SFT to plateau",
+             "real": "GRPO, real", "envace": "GRPO, envace", "act-only": "GRPO, act-only"}
+    lines = ["| row | test reward (tau2) | gold share | rehearsal leaf_match | reward gain over warm | real calls in GRPO |",
+             "|---|---|---|---|---|---|"]
+    for key, name in names.items():
+        if key not in summary:
+            continue
+        row = summary[key]
+        gain = cell(row["reward_gain"]) if "reward_gain" in row else ""
+        calls = ", ".join(str(c) for c in row["real_calls"]) if "real_calls" in row else ""
+        lines.append(f"| {name} | {cell(row['reward'])} | {cell(row['gold_share'])} | {cell(row['leaf_match'])} | "
+                     f"{gain} | {calls} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_summary(args) -> dict:
     runs = [json.loads(p.read_text()) for p in sorted(args.out.glob("seed*/results.json"))]
     summary = summarize(runs)
+    (args.out / "results.md").write_text(markdown(summary))
     (args.out / "results.json").write_text(json.dumps(
         {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
          "summary": summary, "runs": runs}, indent=1))
@@ -307,7 +360,9 @@ def main() -> None:
     parser.add_argument("--warm-target", type=float, default=0.3)
     parser.add_argument("--patience", type=int, default=3, help="SFT scores without a gain before the plateau")
     parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
-    parser.add_argument("--reward", default="progress")
+    parser.add_argument("--reward", default="progress", help="progress, or the ablation strict_progress")
+    parser.add_argument("--warm-from", type=Path, help="an earlier study's folder: reuse its SFT phase per seed")
+    parser.add_argument("--keep-models", action="store_true", help="save each condition's final model")
     parser.add_argument("--steps", type=int, default=300, help="GRPO steps per condition")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--tasks-per-step", type=int, default=2)
