@@ -341,6 +341,21 @@ def test_no_server_outlives_its_parent_killed(tmp_path):
     assert gone(pids)
 
 
+def one_call_script(tool: str, then: str) -> str:
+    """A program that makes an env on the bank server, calls ``tool`` once, prints the response, then runs ``then``."""
+    return textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from envace_gym.envs.mcp import make_env
+        from envace_gym.messages import format_tool_call
+        env = make_env({SERVER!r}, tasks=["hi"])
+        env.reset(seed=0)
+        obs, *_ = env.step(format_tool_call({tool!r}, {{}}))
+        print(obs["messages"][-1]["content"], flush=True)
+        {then}
+    """)
+
+
 def _orphan(env) -> int:
     obs, *_ = env.step(call("spawn_orphan"))
     return json.loads(obs["messages"][-1]["content"])["pid"]
@@ -359,18 +374,8 @@ def test_a_grandchild_that_left_the_group_dies_with_the_env(tmp_path):
     del env
     gc.collect()
     assert gone({orphan})
-    script = textwrap.dedent(f"""
-        import json, sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from envace_gym.envs.mcp import make_env
-        from envace_gym.messages import format_tool_call
-        env = make_env({SERVER!r}, tasks=["hi"])
-        env.reset(seed=0)
-        obs, *_ = env.step(format_tool_call("spawn_orphan", {{}}))
-        print(obs["messages"][-1]["content"], flush=True)
-        time.sleep(600)
-    """)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", one_call_script("spawn_orphan", "time.sleep(600)")],
+                              stdout=subprocess.PIPE, text=True)
     orphan = json.loads(parent.stdout.readline())["pid"]
     assert psutil.pid_exists(orphan)
     parent.send_signal(signal.SIGKILL)
@@ -678,18 +683,7 @@ def test_a_tools_list_that_never_ends_is_refused():
 
 
 def test_a_server_traceback_goes_to_its_log_not_the_terminal(tmp_path):
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from envace_gym.envs.mcp import make_env
-        from envace_gym.messages import format_tool_call
-        env = make_env({SERVER!r}, tasks=["hi"])
-        env.reset(seed=0)
-        obs, *_ = env.step(format_tool_call("boom", {{}}))
-        print(obs["messages"][-1]["content"], flush=True)
-        env.close()
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", one_call_script("boom", "env.close()")], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "ENVACE_CACHE": str(tmp_path)})
     assert "execution_error" in done.stdout and "Traceback" not in done.stderr, done.stderr[-2000:]
     logs = list((tmp_path / "mcp-logs").glob("*.log"))
