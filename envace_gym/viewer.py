@@ -16,6 +16,7 @@ import io
 import json
 from pathlib import Path
 
+from envace_gym import records
 from envace_gym.fidelity import flatten
 from envace_gym.messages import dumps_safe
 
@@ -25,19 +26,6 @@ TRAINING_PANELS = (  # (title, metric keys of metrics.jsonl)
     ("KL and clip fraction", ("kl/act", "kl/rehearse", "clip_fraction/act", "clip_fraction/rehearse")),
     ("held-out evaluation", ("eval/reward", "eval/leaf_match", "eval/parsed")),
 )
-
-
-def _jsonl(path: Path) -> list[dict]:
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise ValueError(f"{path}:{number}: not JSON: {e}") from None
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
 
 
 def _diff(real, rehearsed) -> dict:
@@ -107,10 +95,10 @@ def collect(paths: list[str | Path]) -> dict:
             metrics = path / "metrics.jsonl"
             if not metrics.is_file():
                 raise ValueError(f"{path}: a training folder holds metrics.jsonl; this one does not")
-            rows = _jsonl(metrics)
+            rows = records.rows(metrics)
             data["training"].append({"name": str(path), "steps": len(rows), "svg": _training_svg(rows, str(path))})
             continue
-        for r in _jsonl(path):
+        for r in records.rows(path):
             if "rehearsed" in r and "real" in r and "tool" in r:
                 data["calls"].append(_call(r, path.name))
             else:

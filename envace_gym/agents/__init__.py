@@ -83,6 +83,13 @@ def _user_agent(name: str, env: gym.Env | None, **kwargs: Any) -> Agent:
 SIMPLE_TYPES = (bool, int, float, str)
 
 
+def _fits(value: Any, kind: type) -> bool:
+    """Whether ``value`` is a ``kind`` as JSON means it: a bool is no number, an int is a float."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
+
+
 def check_kwargs(cls: type, name: str, kwargs: dict) -> dict:
     """``kwargs`` if ``cls`` takes each of them with a value of its annotated type (checked for
     ``bool``, ``int``, ``float`` and ``str`` annotations, and their optional forms), else one
@@ -101,9 +108,7 @@ def check_kwargs(cls: type, name: str, kwargs: dict) -> dict:
         allowed = [t for t in typing.get_args(hints.get(key)) or (hints.get(key),) if t in SIMPLE_TYPES]
         if type(None) in typing.get_args(hints.get(key)) and value is None:
             continue
-        if allowed and not any(isinstance(value, t) and not (t is int and isinstance(value, bool)) or
-                               (t is float and isinstance(value, int) and not isinstance(value, bool))
-                               for t in allowed):
+        if allowed and not any(_fits(value, t) for t in allowed):
             raise ValueError(f"the {name} agent's {key} must be {' or '.join(t.__name__ for t in allowed)}, "
                              f"got {value!r}")
     return kwargs
