@@ -28,6 +28,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	# headless Chromium (Debian's package) for the viewer's browser tests, only when absent
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+	# OpenEnv's own client, for the wire-protocol tests of `envace-gym serve`: a venv of its own,
+	# because openenv 0.10 needs fastmcp 3.x, which pins mcp below 2 (the MCP suites need mcp 2.x)
+	python3 -m venv .venv-openenv
+	.venv-openenv/bin/python -m pip install -q openenv==0.10.0
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -499,6 +499,40 @@ def sft(
     say_checkpoint(out, env)
 
 
+@app.command()
+def serve(
+    env_id: ENV_ARG = None,
+    env: ENV_OPT = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    max_sessions: Annotated[int, typer.Option(help="Concurrent sessions (one env each); more are refused with "
+                                                   "CAPACITY_REACHED.")] = 8,
+    session_timeout: Annotated[float, typer.Option(help="Seconds a session may stay idle before it is closed "
+                                                        "(0: never).")] = 300.0,
+    dynamics: Annotated[str, typer.Option(help=f"Default dynamics ({', '.join(envace_gym.DYNAMICS)}); a client "
+                                               "may choose per episode in reset's options.")] = "real",
+    split: SPLIT = None,
+    task_ids: TASK_IDS = None,
+    user: Annotated[str, typer.Option(help="scripted, or llm:MODEL@BASE_URL.")] = "scripted",
+    reward: Annotated[Optional[str], typer.Option(help="Reward source (default by dynamics).")] = None,
+    max_turns: Annotated[int, typer.Option(help="Agent turns before truncation.")] = 50,
+) -> None:
+    """Serve an env over OpenEnv's wire protocol: one env per WebSocket session (/ws)."""
+    with user_errors():
+        from envace_gym.integrations.openenv import EnvServer, run_server
+
+        env_id = resolve(env_id, env)
+        kwargs = {"dynamics": dynamics, "reward": reward, "max_turns": max_turns, **user_option(user)}
+        if split is not None:
+            kwargs["split"] = split
+        if task_ids:
+            kwargs["task_ids"] = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
+        server = EnvServer(env_id, max_sessions, session_timeout or None, **kwargs)
+    console.print(f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
+                  f"at most {max_sessions} sessions · Ctrl-C stops", soft_wrap=True)
+    run_server(server, host, port)
+
+
 def say_checkpoint(out: Path, env_id: str) -> None:
     """Where the last checkpoint went, and the command that plays it."""
     from envace_gym.training.checkpoint import latest

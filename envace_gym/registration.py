@@ -34,7 +34,12 @@ ENV_IDS.update({f"EnvACE/vitabench-{d}-v0": ("envace_gym.envs.vitabench:make_env
                 for d in ("delivery", "instore")})
 
 
+REMOTE_ID = "EnvACE/remote-v0"  # gym.make(REMOTE_ID, url=...): a RemoteEnv (not a suite: not in ENV_IDS)
+
+
 def register_all() -> None:
+    if REMOTE_ID not in gym.registry:
+        gym.register(id=REMOTE_ID, entry_point="envace_gym.remote:RemoteEnv", disable_env_checker=True)
     for env_id, (entry_point, kwargs) in ENV_IDS.items():
         if env_id not in gym.registry:
             # The env enforces its own turn limit and reports it as truncation. Gymnasium's

@@ -1,0 +1,341 @@
+"""Serve any envace env over OpenEnv's wire protocol (version 0.10), one env per WebSocket session.
+
+We speak the protocol on FastAPI and uvicorn instead of importing ``openenv``: its package pulls
+``fastmcp`` 3.x, which pins ``mcp`` below 2, and the MCP suites need ``mcp`` 2.x (the wire
+protocol is the contract; ``tests/test_openenv.py`` checks it with OpenEnv's own client).
+
+Routes: ``/ws`` (the stateful path: ``reset``, ``step``, ``state``, ``mcp`` and ``close``
+messages), ``GET /health``, ``/metadata``, ``/schema``, ``/capacity``, and ``POST /mcp``
+(JSON-RPC ``tools/list``). An observation's fields are ``role``, ``messages``, ``tools`` and
+``tool_call`` as in-process, ``terminated`` and ``truncated``, and ``info`` (the step's ``info``
+dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` are OpenEnv's.
+
+    envace-gym serve EnvACE/tau2-retail-v0 --port 8000 --max-sessions 16
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+import threading
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from fastapi import FastAPI, Request, WebSocket
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.websockets import WebSocketDisconnect
+
+PROTOCOL = "0.10"
+RESET_OPTIONS = ("task_id", "dynamics")  # reset data keys that go into reset(options=...)
+
+
+class EnvACEAction(BaseModel):
+    """One step's action: the model's raw ``text``, or an OpenAI-style assistant ``message``."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str | None = None
+    message: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one(self) -> EnvACEAction:
+        if (self.text is None) == (self.message is None):
+            raise ValueError("give exactly one of 'text' and 'message'")
+        return self
+
+    @property
+    def value(self) -> str | dict:
+        return self.text if self.text is not None else self.message
+
+
+class EnvACEObservation(BaseModel):
+    """A chat prompt for the next generation, and how the last step ended."""
+
+    role: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tool_call: dict[str, Any] | None = None
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
+    done: bool = False
+    reward: float | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvACEState(BaseModel):
+    episode_id: str | None = None
+    step_count: int = 0
+    task_id: str | None = None
+    dynamics: str | None = None
+    role: str | None = None
+    turn: int = 0
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as the wire carries it (what is not JSON becomes its text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def error(message: str, code: str, **more: Any) -> dict:
+    """An OpenEnv error frame (``WSErrorResponse``)."""
+    return {"type": "error", "data": {"message": message, "code": code, **more}}
+
+
+def tools_list(env: gym.Env) -> dict:
+    """The episode's tools as an MCP ``tools/list`` result."""
+    return {"tools": [{"name": s["function"]["name"], "description": s["function"].get("description", ""),
+                       "inputSchema": s["function"].get("parameters", {"type": "object"})}
+                      for s in env.unwrapped.tools.schemas]}
+
+
+def rpc(request: Any, env: gym.Env) -> dict:
+    """A JSON-RPC 2.0 answer: ``tools/list`` only (calls go through ``step``, where the dynamics decide
+    who answers them)."""
+    if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}}
+    if request["method"] != "tools/list":
+        return {"jsonrpc": "2.0", "id": request.get("id"),
+                "error": {"code": -32601, "message": f"method {request['method']!r} not found: this server lists "
+                                                     "tools; calls go through step, under the episode's dynamics"}}
+    return {"jsonrpc": "2.0", "id": request.get("id"), "result": tools_list(env)}
+
+
+@dataclass
+class Session:
+    env: gym.Env
+    task: asyncio.Task
+    last_active: float = field(default_factory=time.monotonic)
+    busy: bool = False
+    episode_id: str | None = None
+    step_count: int = 0
+    turn: int = 0
+
+
+class EnvServer:
+    """An OpenEnv-compatible server of one env id: ``EnvServer(env_id, **make_kwargs).app`` is the
+    FastAPI app. Each WebSocket connection gets its own env, made with ``gym.make(env_id,
+    **make_kwargs)``; at most ``max_sessions`` live at once, and one idle for ``session_timeout``
+    seconds is closed. A message over ``max_message_bytes`` is refused, the session kept."""
+
+    def __init__(self, env_id: str, max_sessions: int = 8, session_timeout: float | None = 300.0,
+                 max_message_bytes: int = 1 << 20, **make_kwargs: Any):
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
+        if session_timeout is not None and session_timeout <= 0:
+            raise ValueError(f"session_timeout must be positive, got {session_timeout}")
+        self.env_id, self.make_kwargs = env_id, make_kwargs
+        self.max_sessions, self.session_timeout = max_sessions, session_timeout
+        self.max_message_bytes, self.protocol = max_message_bytes, PROTOCOL
+        self.catalog = gym.make(env_id, **make_kwargs)  # fails now on a bad id or option; serves POST /mcp
+        self.sessions: dict[str, Session] = {}
+        self._reserved = 0  # slots taken by sessions whose env is being made
+        self._pool = ThreadPoolExecutor(max_workers=max_sessions + 1, thread_name_prefix="envace-session")
+        self.app = self._build()
+
+    # sessions ---------------------------------------------------------------
+    async def _run(self, fn, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.session_timeout / 4))
+            now = time.monotonic()
+            for session in list(self.sessions.values()):
+                if not session.busy and now - session.last_active > self.session_timeout:
+                    session.task.cancel()  # its handler's finally frees the env
+
+    async def _serve(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        if len(self.sessions) + self._reserved >= self.max_sessions:
+            await websocket.send_json(error(f"the server is at its cap of {self.max_sessions} sessions; retry later",
+                                            "CAPACITY_REACHED", active_sessions=len(self.sessions),
+                                            max_sessions=self.max_sessions))
+            await websocket.close(code=1013)
+            return
+        self._reserved += 1
+        session_id = uuid.uuid4().hex
+        try:
+            env = await self._run(gym.make, self.env_id, **self.make_kwargs)
+        except Exception as e:
+            await websocket.send_json(error(f"{type(e).__name__}: {e}", "FACTORY_ERROR", factory_name=self.env_id))
+            await websocket.close()
+            return
+        finally:
+            self._reserved -= 1
+        session = self.sessions[session_id] = Session(env, asyncio.current_task())
+        try:
+            while True:
+                raw = await websocket.receive_text()
+                session.busy, session.last_active = True, time.monotonic()
+                reply = await self._answer(session, raw)
+                session.busy, session.last_active = False, time.monotonic()
+                if reply is None:
+                    break
+                await websocket.send_text(json.dumps(reply))
+        except (WebSocketDisconnect, asyncio.CancelledError, RuntimeError):
+            pass  # the client left, or the reaper closed an idle session
+        finally:
+            self.sessions.pop(session_id, None)
+            await asyncio.shield(self._run(env.close))
+            try:
+                await websocket.close(code=1001)
+            except Exception:  # already closed
+                pass
+
+    async def _answer(self, session: Session, raw: str) -> dict | None:
+        """The reply frame to one client message (None: the client closed the session)."""
+        if len(raw.encode()) > self.max_message_bytes:
+            return error(f"message of {len(raw.encode())} bytes is over this server's limit of "
+                         f"{self.max_message_bytes}", "VALIDATION_ERROR")
+        try:
+            message = json.loads(raw)
+        except ValueError as e:
+            return error(f"Invalid JSON: {e}", "INVALID_JSON")
+        if not isinstance(message, dict):
+            return error("a message must be a JSON object with a 'type'", "VALIDATION_ERROR")
+        kind, data = message.get("type"), message.get("data", {})
+        if kind == "close":
+            return None
+        if kind not in ("reset", "step", "state", "mcp"):
+            return error(f"Unknown message type: {kind}", "UNKNOWN_TYPE")
+        if not isinstance(data, dict):
+            return error("'data' must be a JSON object", "VALIDATION_ERROR")
+        try:
+            if kind == "reset":
+                return await self._reset(session, data)
+            if kind == "step":
+                return await self._step(session, EnvACEAction.model_validate(data))
+            if kind == "mcp":
+                return {"type": "mcp", "data": rpc(data, session.env)}
+            return {"type": "state", "data": self._state(session).model_dump()}
+        except ValidationError as e:
+            return error("Invalid message", "VALIDATION_ERROR", errors=jsonable(e.errors()))
+        except (ValueError, TypeError, RuntimeError) as e:  # an unknown task or dynamics, a step after the end
+            return error(str(e), "EXECUTION_ERROR")
+
+    async def _reset(self, session: Session, data: dict) -> dict:
+        unknown = set(data) - {"seed", "episode_id", "options", *RESET_OPTIONS}
+        if unknown:
+            raise ValueError(f"unknown reset parameters {sorted(unknown)}; give seed, episode_id, options, "
+                             f"{', '.join(RESET_OPTIONS)}")
+        seed, options = data.get("seed"), dict(data.get("options") or {})
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        options.update({k: data[k] for k in RESET_OPTIONS if k in data})
+        obs, info = await self._run(session.env.reset, seed=seed, options=options)
+        session.episode_id, session.step_count = str(data.get("episode_id") or uuid.uuid4().hex), 0
+        session.turn = info["turn"]
+        return {"type": "observation", "data": self._observation(obs, info, None, False, False)}
+
+    async def _step(self, session: Session, action: EnvACEAction) -> dict:
+        if session.env.unwrapped.episode is None:
+            raise RuntimeError("no episode yet: send a reset first")
+        obs, reward, terminated, truncated, info = await self._run(session.env.step, action.value)
+        session.step_count, session.turn = session.step_count + 1, info.get("turn", session.turn)
+        return {"type": "observation", "data": self._observation(obs, info, reward, terminated, truncated)}
+
+    @staticmethod
+    def _observation(obs: dict, info: dict, reward, terminated: bool, truncated: bool) -> dict:
+        fields = jsonable({**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}})
+        return {"observation": fields, "reward": None if reward is None else float(reward),
+                "done": bool(terminated or truncated)}
+
+    @staticmethod
+    def _state(session: Session) -> EnvACEState:
+        inner = session.env.unwrapped
+        if inner.episode is None:
+            return EnvACEState()
+        return EnvACEState(episode_id=session.episode_id, step_count=session.step_count,
+                           task_id=inner.episode.task.id, dynamics=inner.episode.dynamics, role=inner.role,
+                           turn=session.turn)
+
+    # the app -------------------------------------------------------------------
+    def _build(self):
+        @asynccontextmanager
+        async def lifespan(app):
+            reaper = asyncio.create_task(self._reap()) if self.session_timeout else None
+            yield
+            if reaper:
+                reaper.cancel()
+            for session in list(self.sessions.values()):
+                session.task.cancel()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+        app = FastAPI(title=f"envace-gym: {self.env_id}", lifespan=lifespan)
+
+        @app.websocket("/ws")
+        async def ws(websocket: WebSocket):
+            await self._serve(websocket)
+
+        @app.get("/health")
+        def health():
+            return {"status": "healthy"}
+
+        @app.get("/metadata")
+        def metadata():
+            import envace_gym
+
+            return {"name": self.env_id, "description": f"{self.env_id} (envace-gym): real or rehearsed tool "
+                                                        "dynamics, one env per WebSocket session",
+                    "version": envace_gym.__version__, "readme_content": None, "author": None,
+                    "documentation_url": None}
+
+        @app.get("/schema")
+        def schema():
+            return {"action": EnvACEAction.model_json_schema(), "observation": EnvACEObservation.model_json_schema(),
+                    "state": EnvACEState.model_json_schema()}
+
+        @app.get("/capacity")
+        def capacity():
+            return {"active_sessions": len(self.sessions), "max_sessions": self.max_sessions}
+
+        @app.post("/mcp")
+        async def mcp(request: Request):
+            body = await request.body()
+            if len(body) > self.max_message_bytes:
+                return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "request too large"}}
+            try:
+                message = json.loads(body)
+            except ValueError:
+                return {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+            return rpc(message, self.catalog)
+
+        return app
+
+
+def run_server(server: EnvServer, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve until interrupted (``envace-gym serve``)."""
+    import uvicorn
+
+    # uvicorn's own frame cap sits above ours, so an oversized message still gets our structured error
+    uvicorn.run(server.app, host=host, port=port, ws_max_size=4 * server.max_message_bytes, log_level="warning")
+
+
+@contextmanager
+def serving(server: EnvServer, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0):
+    """Serve in a background thread of this process; yields the server's ``http://HOST:PORT`` URL
+    (``port=0``: a free one) and stops it on exit."""
+    import uvicorn
+
+    config = uvicorn.Config(server.app, host=host, port=port, ws_max_size=4 * server.max_message_bytes,
+                            log_level="warning")
+    live = uvicorn.Server(config)
+    thread = threading.Thread(target=live.run, name="envace-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not live.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the env server did not start on {host}:{port}")
+        time.sleep(0.02)
+    bound = live.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        live.should_exit = True
+        thread.join(timeout)
