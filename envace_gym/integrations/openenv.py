@@ -177,7 +177,7 @@ class EnvServer:
                 session.busy, session.last_active = False, time.monotonic()
                 if reply is None:
                     break
-                await websocket.send_text(json.dumps(reply))
+                await websocket.send_text(json.dumps(reply, default=str))
         except (WebSocketDisconnect, asyncio.CancelledError, RuntimeError):
             pass  # the client left, or the reaper closed an idle session
         finally:
@@ -242,7 +242,7 @@ class EnvServer:
 
     @staticmethod
     def _observation(obs: dict, info: dict, reward, terminated: bool, truncated: bool) -> dict:
-        fields = jsonable({**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}})
+        fields = {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}}
         return {"observation": fields, "reward": None if reward is None else float(reward),
                 "done": bool(terminated or truncated)}
 
