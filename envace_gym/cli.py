@@ -23,7 +23,8 @@ from envace_gym import agents
 from envace_gym.compare import METRICS, compare_calls, plot, summarize
 from envace_gym.endpoint import ModelServerError, parse_spec
 from envace_gym.registration import resolve_env
-from envace_gym.runner import run_episodes
+from envace_gym.records import rows as read_rows
+from envace_gym.runner import make_envs, run_batched
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
                   help="LLM tool-use tasks as Gymnasium envs with real or rehearsed dynamics.")
@@ -70,20 +71,13 @@ def parse_pairs(pairs: list[str] | None) -> dict:
     return out
 
 
-def make_envs(env_id: str, n: int, split: str | None, task_ids: list[str] | None, **kwargs) -> list[gym.Env]:
-    """``n`` envs of one id with the tasks and options a command asked for. A simulator given by
-    name is loaded once, by the first env, and bound to each other one."""
+def env_kwargs(split: str | None, task_ids: list[str] | None, **kwargs) -> dict:
+    """``gym.make`` arguments with the tasks a command asked for (``--task-ids`` repeated or comma-separated)."""
     if split is not None:
         kwargs["split"] = split
     if task_ids:
         kwargs["task_ids"] = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
-    envs = [gym.make(env_id, **kwargs)]
-    kwargs["simulator"] = envs[0].unwrapped.simulator
-    for _ in range(n - 1):
-        envs.append(gym.make(env_id, **kwargs))
-        if kwargs["simulator"] is not None:
-            envs[-1].unwrapped.simulator = kwargs["simulator"].bind(envs[-1])
-    return envs
+    return kwargs
 
 
 def user_option(spec: str) -> dict:
@@ -115,6 +109,30 @@ ENV_OPT = Annotated[Optional[str], typer.Option("--env", help=f"The env, as ENV_
 SPLIT = Annotated[Optional[str], typer.Option(help="Task split (train, test, base).")]
 TASK_IDS = Annotated[Optional[list[str]], typer.Option("--task-ids", help="Task ids (repeat or comma-separate).")]
 OUT = Annotated[Optional[Path], typer.Option(help="JSONL file for the records.")]
+WORKERS = Annotated[Optional[int], typer.Option(help="Ray workers playing the episodes (each its own envs and "
+                                                     "agent; --batch envs each). Default: this process alone.")]
+RAY_ADDRESS = Annotated[Optional[str], typer.Option(help="With --workers: a Ray cluster to join (auto, "
+                                                         "ray://HOST:PORT); default: a local Ray.")]
+
+
+@contextmanager
+def episode_progress(total: int, description: str):
+    """A progress bar of episodes done, their rate and failures; yields ``advance(failed: bool)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TextColumn("[red]{task.fields[failed]}"), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task, failed = bar.add_task(description, total=total, rate="", failed=""), 0
+
+        def advance(failure: bool) -> None:
+            nonlocal failed
+            failed += failure
+            elapsed = bar.tasks[task].elapsed or 1e-9
+            bar.update(task, advance=1, rate=f"{(bar.tasks[task].completed + 1) / elapsed:.2f} ep/s",
+                       failed=f"{failed} failed" if failed else "")
+
+        yield advance
 
 
 def resolve(argument: str | None, option: str | None) -> str:
@@ -248,6 +266,10 @@ def run(
                                                                   "next message to the user).")] = None,
     world_model: Annotated[Optional[str], typer.Option(help="The agent that answers the attempts' tool calls "
                                                             "(default: --agent).")] = None,
+    workers: WORKERS = None,
+    ray_address: RAY_ADDRESS = None,
+    resume: Annotated[bool, typer.Option(help="Keep the records already in --out and play only the episodes "
+                                              "they lack.")] = False,
     out: OUT = None,
 ) -> None:
     """Run an agent on every selected task and write one JSONL record per episode."""
@@ -255,31 +277,59 @@ def run(
         if repeats < 1 or batch < 1:
             raise ValueError(f"--repeats and --batch must be at least 1, got {repeats} and {batch}")
         env_id = resolve(env_id, env)
-        envs = make_envs(env_id, batch, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
-                         simulator=simulator, p_real=p_real, **user_option(user))
-        actor = agents.load(agent, env=envs[0], **parse_pairs(agent_kwargs))
-        if not actor.acts:
-            raise ValueError(f"{actor.name} is a world model and cannot act: it answers rehearse turns only; give "
-                             "it as --simulator, --world-model or compare's --agent, and act with another agent")
-        rehearsing = agents.PrivateRehearsal(actor, envs[0], rehearsal_budget, rehearsal_mode, rehearsal_select,
-                                             agents.load(world_model, env=envs[0]) if world_model else None,
-                                             rehearsal_horizon, rehearsal_scorer)
-        actor = rehearsing if rehearsal_budget else actor  # budget 0: the agent itself
+        make_kwargs = env_kwargs(split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
+                                 simulator=simulator, p_real=p_real, **user_option(user))
+        if workers is None:
+            envs = make_envs(env_id, batch, **make_kwargs)
+            actor = agents.load(agent, env=envs[0], **parse_pairs(agent_kwargs))
+            if not actor.acts:
+                raise ValueError(f"{actor.name} is a world model and cannot act: it answers rehearse turns only; "
+                                 "give it as --simulator, --world-model or compare's --agent, and act with another agent")
+            rehearsing = agents.PrivateRehearsal(actor, envs[0], rehearsal_budget, rehearsal_mode, rehearsal_select,
+                                                 agents.load(world_model, env=envs[0]) if world_model else None,
+                                                 rehearsal_horizon, rehearsal_scorer)
+            actor = rehearsing if rehearsal_budget else actor  # budget 0: the agent itself
+        elif rehearsal_budget:
+            raise ValueError("--workers does not take private rehearsal yet: run it in one process (no --workers)")
+        elif workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        else:
+            envs = make_envs(env_id, 1, **make_kwargs)
         check_reward_available(envs[0])
     if limit is not None and limit < 1:
         fail(f"--limit must be at least 1, got {limit}")
     ids = envs[0].unwrapped.task_ids[:limit]
     out = _out_path(out, env_id, agent, dynamics)
-    records = []
-    with user_errors(), out.open("w") as f:
-        for record in track(run_episodes(envs, actor, ids, seed=seed, repeats=repeats), total=len(ids) * repeats,
-                            description=f"{env_id} {agent} {dynamics}", console=console, transient=True):
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            records.append(record)
-            if record["ended_by"] == "agent_error":
-                console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
-                              f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
+    episodes = [(task_id, seed + i) for i, task_id in enumerate(t for t in ids for _ in range(repeats))]
+    with user_errors():
+        earlier = read_rows(out) if resume and out.exists() else []
+    done = {(r.get("task_id"), r.get("seed")) for r in earlier}
+    todo = [e for e in episodes if e not in done]
+    if workers is None:
+        stream = run_batched(envs, actor, todo)
+    else:
+        from envace_gym.distributed import WorkerSpec, run_distributed
+
+        spec = WorkerSpec(env_id, agent, make_kwargs, parse_pairs(agent_kwargs), batch)
+        stream = run_distributed(spec, todo, workers, ray_address)
+    records = list(earlier)
+    with user_errors(), out.open("a" if resume else "w") as f, \
+            episode_progress(len(todo), f"{env_id} {agent} {dynamics}") as advance:
+        try:
+            for record in stream:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+                records.append(record)
+                advance(bool(record.get("error")))
+                if record["ended_by"] in ("agent_error", "worker_error"):
+                    console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
+                                  f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
+        except KeyboardInterrupt:
+            console.print(f"interrupted: {len(records)} of {len(episodes)} episodes in {out}; "
+                          "the same command with --resume plays the rest", soft_wrap=True)
+            raise typer.Exit(130)
+    if not records:
+        fail("no episode to run")
     settings = (f" · private rehearsal N={rehearsal_budget} {rehearsal_mode} {rehearsal_select}"
                 f"{f' world model {world_model}' if world_model else ''}" if rehearsal_budget else "")
     table = Table(title=f"{env_id} · {agent} · {dynamics}{settings}")
@@ -331,19 +381,33 @@ def compare(
     split: SPLIT = None,
     task_ids: TASK_IDS = None,
     seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
+    workers: WORKERS = None,
+    ray_address: RAY_ADDRESS = None,
     out: OUT = None,
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
         env_id = resolve(env_id, env)
-        (shadow,) = make_envs(env_id, 1, split, task_ids, dynamics="shadow")
-        acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
-    ids = shadow.unwrapped.task_ids
+        make_kwargs = env_kwargs(split, task_ids, dynamics="shadow")
+        (shadow,) = make_envs(env_id, 1, **make_kwargs)
+        if workers is None:
+            acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
+            stream = compare_calls(shadow, acting, rehearsing, shadow.unwrapped.task_ids, seed=seed)
+        else:
+            from envace_gym.distributed import WorkerSpec, run_distributed
+
+            episodes = [(task_id, seed + i) for i, task_id in enumerate(shadow.unwrapped.task_ids)]
+            stream = run_distributed(WorkerSpec(env_id, actor, make_kwargs, rehearser=agent), episodes, workers,
+                                     ray_address)
     out = _out_path(out, env_id, agent, "compare")
-    records = []
+    records, failed = [], []
     with user_errors(), out.open("w") as f:
-        for record in track(compare_calls(shadow, acting, rehearsing, ids, seed=seed), total=None,
-                            description=f"{env_id} {agent} vs real", console=console):
+        for record in track(stream, total=None, description=f"{env_id} {agent} vs real", console=console):
+            if record.get("tool") is None:  # an episode whose worker kept failing
+                failed.append(record)
+                console.print(f"[red]task {escape(record['task_id'])} failed:[/red] {escape(record['error'])}",
+                              soft_wrap=True)
+                continue
             f.write(json.dumps(record) + "\n")
             records.append(record)
     if not records:
@@ -360,6 +424,9 @@ def compare(
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1))
     console.print(f"{len(records)} calls · records in {out} · plot in {png}")
     console.print(f"view them: envace-gym view {out}", soft_wrap=True)
+    if failed:
+        console.print(f"[red]{len(failed)} episodes failed[/red] and left no calls", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -522,11 +589,7 @@ def serve(
         from envace_gym.integrations.openenv import EnvServer, run_server
 
         env_id = resolve(env_id, env)
-        kwargs = {"dynamics": dynamics, "reward": reward, "max_turns": max_turns, **user_option(user)}
-        if split is not None:
-            kwargs["split"] = split
-        if task_ids:
-            kwargs["task_ids"] = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
+        kwargs = env_kwargs(split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns, **user_option(user))
         server = EnvServer(env_id, max_sessions, session_timeout or None, **kwargs)
     console.print(f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
                   f"at most {max_sessions} sessions · Ctrl-C stops", soft_wrap=True)

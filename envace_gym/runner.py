@@ -9,11 +9,23 @@ from collections.abc import Generator, Iterator, Sequence
 import gymnasium as gym
 
 from envace_gym.agents import Agent
-from envace_gym.agents.private_rehearsal import rehearsal_record
+from envace_gym.agents.private_rehearsal import ZERO, rehearsal_record
 from envace_gym.compare import summarize
 from envace_gym.endpoint import ModelServerError
 
 Play = Generator[dict, str, dict]  # yields observations, is sent actions, returns the record
+
+
+def make_envs(env_id: str, n: int, **kwargs) -> list[gym.Env]:
+    """``n`` envs of ``gym.make(env_id, **kwargs)``. A simulator given by name is loaded once, by the
+    first env, and bound to each other one."""
+    envs = [gym.make(env_id, **kwargs)]
+    kwargs["simulator"] = envs[0].unwrapped.simulator
+    for _ in range(n - 1):
+        envs.append(gym.make(env_id, **kwargs))
+        if kwargs["simulator"] is not None:
+            envs[-1].unwrapped.simulator = kwargs["simulator"].bind(envs[-1])
+    return envs
 
 
 def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> dict:
@@ -67,7 +79,8 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
     } | rehearsal_record(agent)
 
 
-def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[str, int | None]]) -> Iterator[dict]:
+def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[str, int | None]],
+                reseed: bool = False) -> Iterator[dict]:
     """Play the ``(task_id, seed)`` episodes, ``len(envs)`` at a time, and yield their records as
     they end; an env whose episode ends starts the next one.
 
@@ -76,6 +89,8 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
     every other by ``agent.bind(env)`` (an oracle reads its own env; most agents bind to
     themselves). An exception from one ``act_batch`` (a model server's, or the agent's own)
     ends each episode of it as ``agent_error``. With one env this is :func:`run_episodes`, record for record.
+    ``reseed``: each episode's agent randomness is seeded from its seed (``Agent.reseed``), so that its
+    record does not depend on which episodes ran before it or beside it.
     """
     actors = [agent, *(agent.bind(env) for env in envs[1:])]
     todo = iter(episodes)
@@ -83,6 +98,8 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
 
     def start(slot: int) -> None:
         for task_id, seed in todo:
+            if reseed and seed is not None:
+                actors[slot].reseed(seed)
             episode = play(envs[slot], actors[slot], task_id, seed)
             running[slot] = (episode, next(episode))
             return
@@ -107,6 +124,17 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
                     del running[slot]
                     yield end.value
                     start(slot)
+
+
+def failed_record(env: gym.Env, agent_name: str, task_id: str, seed: int | None, error: str) -> dict:
+    """The record of an episode that could not be played (its worker kept dying): reward 0, ``ended_by``
+    ``worker_error``, the cause in ``error``; the fields of :func:`run_episode`'s records."""
+    inner = env.unwrapped
+    return {"task_id": str(task_id), "env_id": env.spec.id if env.spec else None, "split": inner.split, "seed": seed,
+            "reward": 0.0, "reward_source": None, "reward_info": {}, "dynamics": inner.dynamics, "agent": agent_name,
+            "turns": 0, "tool_calls": 0, "ended_by": "worker_error", "error": error, "seconds": 0.0, "fidelity": None,
+            "messages": [], "tools": [], "opening_messages": 0, "real_call_ids": [], "real_calls": 0,
+            } | dict(ZERO)
 
 
 def run_episodes(env: gym.Env | Sequence[gym.Env], agent: Agent, task_ids: Sequence[str], seed: int = 0,

@@ -34,6 +34,7 @@ calls; ``sft_curve.png``).
     python examples/rehearsal_study.py --env EnvACE/tau2-mock-gen-v0 --seeds 0 --out runs/study_mock_gen
     python examples/rehearsal_study.py --summarize --out runs/rehearsal_study   # redraw from the seed files
     python examples/rehearsal_study.py --diagnose runs/rehearsal_study/seed0/warm --out runs/rehearsal_study
+    python examples/rehearsal_study.py --explore runs/rehearsal_study/seed0/warm --out runs/rehearsal_study
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import torch
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
 from envace_gym.rewards import actions_share_reward, progress_reward
+from envace_gym.runner import run_episodes
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.evaluation import fidelity, play
@@ -207,6 +209,27 @@ def failure_modes(env_id: str, model: Path, split: str, args) -> dict:
     return causes
 
 
+def exploration(env_id: str, model: Path, split: str, args, tasks: int = 60) -> dict:
+    """Whether sampling at ``--temperature`` finds what greedy decoding misses, the signal GRPO learns
+    from: on the first ``tasks`` tasks of ``split``, the greedy episode and ``--group-size`` sampled
+    ones each (tau2's reward), counted per task."""
+    envs = [gym.make(env_id, split=split, dynamics="real", max_turns=args.max_turns) for _ in range(args.group_size)]
+    ids = envs[0].unwrapped.task_ids[:tasks]
+    greedy = {r["task_id"]: r["reward"] for r in run_episodes(envs, HFAgent(model, max_new_tokens=args.new_tokens), ids)}
+    sampler = HFAgent(model, max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0)
+    sampled: dict[str, list[float]] = {t: [] for t in ids}
+    for record in run_episodes(envs, sampler, ids, repeats=args.group_size):
+        sampled[record["task_id"]].append(record["reward"])
+    failed = [t for t in ids if greedy[t] < 1.0]
+    return {"tasks": len(ids), "samples_per_task": args.group_size, "greedy_solved": len(ids) - len(failed),
+            "sample_success": statistics.fmean(r for t in ids for r in sampled[t]),
+            "greedy_failed_some_sample_solved": sum(max(sampled[t]) == 1.0 for t in failed),
+            "greedy_failed_no_sample_solved": sum(max(sampled[t]) < 1.0 for t in failed),
+            "greedy_solved_sample_success": statistics.fmean(r for t in ids if t not in failed for r in sampled[t])
+            if len(failed) < len(ids) else None,
+            "groups_all_equal": sum(len(set(sampled[t])) == 1 for t in ids)}
+
+
 def strict_progress(episode) -> tuple[float, dict]:
     """An ablation of ``progress``: a made call that matches no gold call counts against the calls'
     share (``hits / (gold + extra)``), as a wrong or extra write fails tau2's database check."""
@@ -348,6 +371,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/rehearsal_study"))
     parser.add_argument("--summarize", action="store_true", help="only redraw results from the seed files")
     parser.add_argument("--diagnose", type=Path, nargs="+", help="saved models: count why each fails the test tasks")
+    parser.add_argument("--explore", type=Path, nargs="+",
+                        help="saved models: how often sampling solves train tasks that greedy decoding fails")
     parser.add_argument("--hidden", type=int, default=256, help="tiny model width")
     parser.add_argument("--layers", type=int, default=4, help="tiny model depth")
     parser.add_argument("--sft-episodes", type=int, default=3000)
@@ -379,6 +404,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.summarize:
         print(json.dumps(write_summary(args), indent=1))
+        return
+    if args.explore:
+        torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
+        found = {str(path): exploration(args.env, path, "train", args) for path in args.explore}
+        (args.out / "exploration.json").write_text(json.dumps(found, indent=1))
+        print(json.dumps(found, indent=1))
         return
     if args.diagnose:
         causes = {str(path): failure_modes(args.env, path, "test", args) for path in args.diagnose}

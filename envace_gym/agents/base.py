@@ -22,6 +22,9 @@ class Agent(ABC):
         """This agent playing in ``env`` (a fork of its env); an agent that reads no env is itself."""
         return self
 
+    def reseed(self, seed: int) -> None:
+        """Seed this agent's own randomness for the episode about to start (none: nothing to do)."""
+
 
 class RoleSplit(Agent):
     """Two agents as one: ``actor`` takes act turns, ``rehearser`` takes rehearse turns."""

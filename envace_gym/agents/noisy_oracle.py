@@ -52,6 +52,9 @@ class NoisyOracle(OracleAgent):
             raise ValueError(f"p must be in [0, 1], got {p}")
         self.p, self.rng, self.redraws = p, random.Random(seed), redraws
 
+    def reseed(self, seed: int) -> None:
+        self.rng = random.Random(seed)  # this copy's own generator (binds share the first one)
+
     def cursor(self, obs: dict) -> int:
         """The oracle's step for the act turns taken so far, on purpose: a noisy turn used its
         gold step up (the task moves on, as an agent's wrong call would), rather than retrying it."""

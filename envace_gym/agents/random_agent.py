@@ -28,6 +28,9 @@ class RandomAgent(Agent):
         clone.env, clone.space = env, env.unwrapped.action_space
         return clone
 
+    def reseed(self, seed: int) -> None:
+        self.space.seed(seed)
+
     def act(self, obs: dict) -> str:
         self.space.role = obs["role"]
         return self.space.sample()

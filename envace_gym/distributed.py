@@ -1,0 +1,132 @@
+"""Episodes across processes and machines on Ray (``pip install 'envace-gym[ray]'``).
+
+Each worker is a Ray actor holding ``envs_per_worker`` envs of one id and its own agent, built from
+the same spec (a name that :func:`envace_gym.agents.load` knows: an ``hf:`` model loads once per
+actor). Episodes go to workers in fixed chunks of ``envs_per_worker`` ``(task_id, seed)`` pairs,
+every episode's agent randomness seeded from its seed, so a record does not depend on which worker
+played it or when; records come back in the sequential run's order. A worker that dies is
+restarted by Ray and its chunk rerun (``tries`` times in all); a chunk that still fails is recorded,
+episode by episode, with its error.
+
+    envace-gym run EnvACE/tau2-retail-v0 --workers 4                   # a local Ray
+    envace-gym run EnvACE/tau2-retail-v0 --workers 32 --ray-address auto   # join a cluster
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every worker builds: ``gym.make(env_id, **make_kwargs)`` ``envs_per_worker`` times, and
+    ``agents.load(agent, env=..., **agent_kwargs)`` once."""
+
+    env_id: str
+    agent: str
+    make_kwargs: dict = field(default_factory=dict)
+    agent_kwargs: dict = field(default_factory=dict)
+    envs_per_worker: int = 1
+    rehearser: str | None = None  # ``compare``: the agent whose rehearsals are scored against the real calls
+
+
+class EnvWorker:
+    """One Ray actor's envs and agent (``ray.remote`` is applied by :func:`run_distributed`)."""
+
+    def __init__(self, spec: WorkerSpec):
+        import envace_gym  # noqa: F401  (registers the ids in this process)
+        from envace_gym import agents
+        from envace_gym.registration import resolve_env
+        from envace_gym.runner import make_envs
+
+        self.envs = make_envs(resolve_env(spec.env_id), spec.envs_per_worker, **spec.make_kwargs)
+        self.agent = agents.load(spec.agent, env=self.envs[0], **spec.agent_kwargs)
+        self.rehearser = agents.load(spec.rehearser, env=self.envs[0]) if spec.rehearser else None
+
+    def play(self, episodes: list[tuple[str, int]]) -> list[dict]:
+        """The run records of ``episodes`` (``compare``: their call records), in their order."""
+        from envace_gym.compare import compare_calls
+        from envace_gym.runner import run_batched
+
+        if self.rehearser is not None:
+            records = []
+            for task_id, seed in episodes:
+                self.agent.reseed(seed)
+                self.rehearser.reseed(seed)
+                records += compare_calls(self.envs[0], self.agent, self.rehearser, [task_id], seed=seed)
+            return records
+        order = {episode: i for i, episode in enumerate(episodes)}
+        records = list(run_batched(self.envs, self.agent, episodes, reseed=True))
+        return sorted(records, key=lambda r: order[(r["task_id"], r["seed"])])
+
+    def describe(self) -> dict:
+        return {"agent": self.agent.name, "pid": os.getpid()}
+
+
+def connect(address: str | None = None, workers: int = 1):
+    """Ray, initialised once per process: a local one sized for ``workers`` when ``address`` is None,
+    else the cluster at ``address`` (``auto``, ``ray://HOST:PORT``)."""
+    import ray
+
+    if not ray.is_initialized():
+        if address is None:  # a small object store: records are small, and this may be a laptop
+            ray.init(num_cpus=max(workers, os.cpu_count() or 1), object_store_memory=256 << 20,
+                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+        else:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+    return ray
+
+
+def run_distributed(spec: WorkerSpec, episodes: Sequence[tuple[str, int]], workers: int,
+                    address: str | None = None, tries: int = 3) -> Iterator[dict]:
+    """Play ``episodes`` on ``workers`` Ray actors and yield their records in ``episodes``' order (for
+    ``compare``, a failed episode is one record with ``tool`` None and its ``error``).
+
+    On Ctrl-C the actors are stopped, the records finished so far but not yet yielded (their
+    earlier neighbours unfinished) are yielded, and KeyboardInterrupt goes on up.
+    """
+    from envace_gym.registration import resolve_env
+    from envace_gym.runner import failed_record, make_envs
+
+    if workers < 1 or tries < 1:
+        raise ValueError(f"workers and tries must be at least 1, got {workers} and {tries}")
+    ray = connect(address, workers)
+    probe = make_envs(resolve_env(spec.env_id), 1, **spec.make_kwargs)[0]  # a bad id or option fails here, once
+    Worker = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=tries - 1)(EnvWorker)
+    actors = [Worker.options(scheduling_strategy="SPREAD").remote(spec) for _ in range(min(workers, len(episodes)))]
+    try:  # a worker that cannot build its envs or agent fails here, with its cause
+        agent_name = ray.get(actors[0].describe.remote())["agent"] if actors else spec.agent
+    except ray.exceptions.RayError as e:
+        for actor in actors:
+            ray.kill(actor)
+        raise ValueError(f"the Ray workers could not start: {' '.join(str(e).split())[-800:]}") from None
+    k = spec.envs_per_worker
+    chunks = [list(episodes[i:i + k]) for i in range(0, len(episodes), k)]
+    pending, free, finished, sent, written = {}, list(actors), {}, 0, 0
+    try:
+        while written < len(chunks):
+            while free and sent < len(chunks):
+                actor = free.pop()
+                pending[actor.play.options(retry_exceptions=True).remote(chunks[sent])] = (sent, actor)
+                sent += 1
+            (ready,), _ = ray.wait(list(pending), num_returns=1)
+            i, actor = pending.pop(ready)
+            try:
+                finished[i] = ray.get(ready)
+            except ray.exceptions.RayError as e:  # still failing after `tries`: each episode says why
+                cause = f"failed {tries} times: {' '.join(str(e).split())[:500]}"
+                finished[i] = [{"task_id": task_id, "seed": seed, "tool": None, "error": cause} if spec.rehearser
+                               else failed_record(probe, agent_name, task_id, seed, cause) for task_id, seed in chunks[i]]
+            free.append(actor)
+            while written in finished:
+                yield from finished.pop(written)
+                written += 1
+    except KeyboardInterrupt:
+        for i in sorted(finished):
+            yield from finished[i]
+        raise
+    finally:
+        for actor in actors:
+            ray.kill(actor)
