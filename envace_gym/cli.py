@@ -276,7 +276,7 @@ def run(
     with user_errors():
         if repeats < 1 or batch < 1:
             raise ValueError(f"--repeats and --batch must be at least 1, got {repeats} and {batch}")
-        env_id = resolve(env_id, env)
+        spec_id, env_id = env_id, resolve(env_id, env)
         make_kwargs = env_kwargs(split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
                                  simulator=simulator, p_real=p_real, **user_option(user))
         if workers is None:
@@ -310,7 +310,8 @@ def run(
     else:
         from envace_gym.distributed import WorkerSpec, run_distributed
 
-        spec = WorkerSpec(env_id, agent, make_kwargs, parse_pairs(agent_kwargs), batch)
+        # the id as given (MODULE:ID or PATH.py:ID too): each worker imports the module that registers it
+        spec = WorkerSpec(env or spec_id or DEFAULT_ENV, agent, make_kwargs, parse_pairs(agent_kwargs), batch)
         stream = run_distributed(spec, todo, workers, ray_address)
     records = list(earlier)
     with user_errors(), out.open("a" if resume else "w") as f, \
@@ -387,7 +388,7 @@ def compare(
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
-        env_id = resolve(env_id, env)
+        spec_id, env_id = env_id, resolve(env_id, env)
         make_kwargs = env_kwargs(split, task_ids, dynamics="shadow")
         (shadow,) = make_envs(env_id, 1, **make_kwargs)
         if workers is None:
@@ -397,8 +398,8 @@ def compare(
             from envace_gym.distributed import WorkerSpec, run_distributed
 
             episodes = [(task_id, seed + i) for i, task_id in enumerate(shadow.unwrapped.task_ids)]
-            stream = run_distributed(WorkerSpec(env_id, actor, make_kwargs, rehearser=agent), episodes, workers,
-                                     ray_address)
+            stream = run_distributed(WorkerSpec(env or spec_id or DEFAULT_ENV, actor, make_kwargs, rehearser=agent),
+                                     episodes, workers, ray_address)
     out = _out_path(out, env_id, agent, "compare")
     records, failed = [], []
     with user_errors(), out.open("w") as f:
