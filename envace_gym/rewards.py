@@ -55,6 +55,21 @@ def progress_reward(episode: Episode) -> tuple[float, dict]:
     return value, {**parts, "communicate_share": said, "communicate_checks": checks, "progress": value}
 
 
+def strict_progress_reward(episode: Episode) -> tuple[float, dict]:
+    """``progress`` whose calls' share also counts what should not have been called: gold calls
+    matched over gold calls plus the agent's executed calls that matched none (``hits / (gold +
+    extra)``), since a wrong or extra write fails tau2's database check. Equal to ``progress`` on an
+    episode without extra calls, so 1 on a gold episode."""
+    _, parts = progress_reward(episode)
+    checks = parts.get("action_checks") or []
+    hits = sum(c["met"] for c in checks)
+    extra = max(0, sum(c.ran and c.requestor == "assistant" for c in episode.calls) - hits)
+    share = hits / (len(checks) + extra) if checks or extra else 1.0
+    said = parts["communicate_share"]
+    value = share if said is None else (share + said) / 2
+    return value, {**parts, "strict_share": share, "extra_calls": extra, "strict_progress": value}
+
+
 def replay_reward(episode: Episode) -> tuple[float, dict]:
     """The episode's calls executed on a fresh world afterwards, then evaluated."""
     return episode.suite.evaluate(episode.task, episode.replayed_world(), episode)
@@ -127,7 +142,7 @@ def call_match_reward(episode: Episode) -> tuple[float, dict]:
 
 REWARDS: dict[str, RewardFn] = {"world": world_reward, "actions": actions_reward,
                                  "actions_share": actions_share_reward, "progress": progress_reward,
-                                 "replay": replay_reward,
+                                 "strict_progress": strict_progress_reward, "replay": replay_reward,
                                  "tool_f1": tool_f1_reward, "call_match": call_match_reward}
 
 JUDGE_INSTRUCTION = (

@@ -55,7 +55,7 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
-from envace_gym.rewards import actions_share_reward, progress_reward
+from envace_gym.rewards import actions_share_reward
 from envace_gym.runner import run_episodes
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
@@ -139,7 +139,7 @@ class Study:
         dynamics, roles = CONDITIONS[name]
         trainer = Trainer(TrainConfig(
             model=f"hf:{warm}", env_id=args.env, out=str(self.out / name), dynamics=dynamics, roles=roles,
-            reward=STUDY_REWARDS.get(args.reward, args.reward), group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
+            reward=args.reward, group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
             lr=args.lr, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
             max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
             tensorboard=False, seed=self.seed))
@@ -228,22 +228,6 @@ def exploration(env_id: str, model: Path, split: str, args, tasks: int = 60) -> 
             "greedy_solved_sample_success": statistics.fmean(r for t in ids if t not in failed for r in sampled[t])
             if len(failed) < len(ids) else None,
             "groups_all_equal": sum(len(set(sampled[t])) == 1 for t in ids)}
-
-
-def strict_progress(episode) -> tuple[float, dict]:
-    """An ablation of ``progress``: a made call that matches no gold call counts against the calls'
-    share (``hits / (gold + extra)``), as a wrong or extra write fails tau2's database check."""
-    _, parts = progress_reward(episode)
-    checks = parts.get("action_checks") or []
-    hits = sum(c["met"] for c in checks)
-    extra = max(0, sum(c.ran and c.requestor == "assistant" for c in episode.calls) - hits)
-    share = hits / (len(checks) + extra) if checks or extra else 1.0
-    said = parts["communicate_share"]
-    value = share if said is None else (share + said) / 2
-    return value, {**parts, "strict_share": share, "strict_progress": value}
-
-
-STUDY_REWARDS = {"strict_progress": strict_progress}  # ablations, by --reward name
 
 
 def mean_se(values: list[float]) -> dict:
@@ -385,7 +369,7 @@ def main() -> None:
     parser.add_argument("--warm-target", type=float, default=0.3)
     parser.add_argument("--patience", type=int, default=3, help="SFT scores without a gain before the plateau")
     parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
-    parser.add_argument("--reward", default="progress", help="progress, or the ablation strict_progress")
+    parser.add_argument("--reward", default="progress", help="a reward name: progress, strict_progress (extra calls count against the share), ...")
     parser.add_argument("--warm-from", type=Path, help="an earlier study's folder: reuse its SFT phase per seed")
     parser.add_argument("--keep-models", action="store_true", help="save each condition's final model")
     parser.add_argument("--steps", type=int, default=300, help="GRPO steps per condition")

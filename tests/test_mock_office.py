@@ -102,3 +102,31 @@ def test_progress_reward_is_one_exactly_when_tau2_is(dynamics):
         tau2, _, _ = play(real, silent_real, task_id)
         assert tau2 == 0.0 and 0.5 <= reward < 1.0
         assert info["reward_info"]["actions_share"] == 1.0 and info["reward_info"]["communicate_share"] < 1.0
+
+
+class ExtraCallOracle:
+    """The oracle, with one extra write (a task nobody asked for) on its first act turn."""
+
+    def __init__(self, env):
+        self.oracle, self.first = agents.load("oracle", env=env), True
+
+    def act(self, obs):
+        action = self.oracle.act(obs)
+        if obs["role"] == "act" and self.first:
+            self.first = False
+            return format_tool_call("create_task", {"user_id": "user_4", "title": "An extra task"}) + "\n" + action
+        return action
+
+
+@pytest.mark.parametrize("dynamics", ["real", "rehearsed"])
+def test_strict_progress_is_progress_without_extra_calls_and_counts_each_extra_call_against_the_share(dynamics):
+    env = gym.make(ENV_ID, split="test", dynamics=dynamics, reward="strict_progress")
+    oracle = agents.load("oracle", env=env)
+    for task_id in env.unwrapped.task_ids[:10]:
+        reward, info, _ = play(env, oracle, task_id)
+        assert reward == 1.0 and info["reward_info"]["extra_calls"] == 0
+        reward, info, _ = play(env, ExtraCallOracle(env), task_id)
+        parts = info["reward_info"]
+        gold = len(parts["action_checks"])
+        assert parts["extra_calls"] == 1 and parts["strict_share"] == gold / (gold + 1)
+        assert parts["actions_share"] == 1.0 and reward < parts["progress"]  # progress alone misses the extra write
