@@ -71,13 +71,35 @@ def parse_pairs(pairs: list[str] | None) -> dict:
     return out
 
 
-def env_kwargs(split: str | None, task_ids: list[str] | None, **kwargs) -> dict:
-    """``gym.make`` arguments with the tasks a command asked for (``--task-ids`` repeated or comma-separated)."""
+def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwargs) -> dict:
+    """``gym.make`` arguments with the tasks a command asked for: ``--task-ids`` repeated or
+    comma-separated, ``FIRST..LAST`` being every task from FIRST to LAST in the split's order."""
     if split is not None:
         kwargs["split"] = split
     if task_ids:
-        kwargs["task_ids"] = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
+        ids = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
+        if any(".." in t for t in ids):
+            ids = expand_ranges(ids, gym.make(env_id, split=split).unwrapped.task_ids)
+        kwargs["task_ids"] = ids
     return kwargs
+
+
+def expand_ranges(ids: list[str], order: list[str]) -> list[str]:
+    """``ids`` with each ``FIRST..LAST`` replaced by the ids from FIRST to LAST in ``order``."""
+    out = []
+    for item in ids:
+        first, dots, last = item.partition("..")
+        if not dots:
+            out.append(item)
+            continue
+        missing = [t for t in (first, last) if t not in order]
+        if missing:
+            raise ValueError(f"--task-ids {item}: no task {missing[0]!r} in the selected split")
+        a, b = order.index(first), order.index(last)
+        if a > b:
+            raise ValueError(f"--task-ids {item}: {first!r} comes after {last!r} in the split's order")
+        out += order[a:b + 1]
+    return out
 
 
 def user_option(spec: str) -> dict:
@@ -107,7 +129,8 @@ ENV_ARG = Annotated[Optional[str], typer.Argument(help="A registered id (see `en
                                                     "or PATH.py:ID (the module registers ID).", show_default=False)]
 ENV_OPT = Annotated[Optional[str], typer.Option("--env", help=f"The env, as ENV_ID [default: {DEFAULT_ENV}].")]
 SPLIT = Annotated[Optional[str], typer.Option(help="Task split (train, test, base).")]
-TASK_IDS = Annotated[Optional[list[str]], typer.Option("--task-ids", help="Task ids (repeat or comma-separate).")]
+TASK_IDS = Annotated[Optional[list[str]], typer.Option("--task-ids", help="Task ids (repeat or comma-separate); "
+                                                                          "FIRST..LAST: the tasks between, in order.")]
 OUT = Annotated[Optional[Path], typer.Option(help="JSONL file for the records.")]
 WORKERS = Annotated[Optional[int], typer.Option(help="Ray workers playing the episodes (each its own envs and "
                                                      "agent; --batch envs each). Default: this process alone.")]
@@ -277,7 +300,7 @@ def run(
         if repeats < 1 or batch < 1:
             raise ValueError(f"--repeats and --batch must be at least 1, got {repeats} and {batch}")
         spec_id, env_id = env_id, resolve(env_id, env)
-        make_kwargs = env_kwargs(split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
+        make_kwargs = env_kwargs(env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
                                  simulator=simulator, p_real=p_real, **user_option(user))
         if workers is None:
             envs = make_envs(env_id, batch, **make_kwargs)
@@ -389,7 +412,7 @@ def compare(
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
         spec_id, env_id = env_id, resolve(env_id, env)
-        make_kwargs = env_kwargs(split, task_ids, dynamics="shadow")
+        make_kwargs = env_kwargs(env_id, split, task_ids, dynamics="shadow")
         (shadow,) = make_envs(env_id, 1, **make_kwargs)
         if workers is None:
             acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
@@ -590,7 +613,7 @@ def serve(
         from envace_gym.integrations.openenv import EnvServer, run_server
 
         env_id = resolve(env_id, env)
-        kwargs = env_kwargs(split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns, **user_option(user))
+        kwargs = env_kwargs(env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns, **user_option(user))
         server = EnvServer(env_id, max_sessions, session_timeout or None, **kwargs)
     console.print(f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
                   f"at most {max_sessions} sessions · Ctrl-C stops", soft_wrap=True)

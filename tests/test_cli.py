@@ -24,6 +24,20 @@ def test_run_writes_records_and_a_summary(tmp_path):
     assert "mean reward 1.000" in result.output
 
 
+def test_task_id_ranges_follow_the_splits_order(tmp_path):
+    out = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--split", "test", "--task-ids", "5..17,20",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    order = gym.make("EnvACE/tau2-retail-v0", split="test").unwrapped.task_ids
+    expected = order[order.index("5"):order.index("17") + 1] + ["20"]
+    assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == expected
+    result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--split", "test", "--task-ids", "17..5"])
+    assert result.exit_code == 2 and "comes after" in result.output
+    result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--split", "test", "--task-ids", "5..8"])
+    assert result.exit_code == 2 and "no task '8'" in result.output
+
+
 def test_run_reports_bad_arguments_clearly():
     result = runner.invoke(app, ["run", "--dynamics", "dreamy"])
     assert result.exit_code == 2 and "unknown dynamics" in result.output

@@ -298,9 +298,14 @@ def test_a_call_past_the_timeout_ends_the_episode_and_hangs_nothing(stdio, monke
     env.close()
 
 
-def test_a_server_that_cannot_start_is_a_clear_error():
-    with pytest.raises(ServerError, match="cannot open a session"):
-        make_env("no-such-mcp-server-command", tasks=["hi"])
+def test_a_server_that_cannot_start_is_a_clear_error(capfd):
+    with pytest.raises(ServerError, match="no executable 'no-such-mcp-server-command' on PATH"):
+        make_env("no-such-mcp-server-command --port 1", tasks=["hi"])
+    assert "no-such-mcp-server-command" not in capfd.readouterr().err  # said once, in the error
+    with pytest.raises(ServerError, match="at that path"):
+        make_env("./no/such/server.py", tasks=["hi"])
+    with pytest.raises(ServerError, match=r"cannot open a session.*its stderr is in .*mcp-logs"):
+        make_env([sys.executable, "-c", "import sys; sys.exit(3)"], tasks=["hi"])
 
 
 def test_no_server_outlives_close_or_garbage_collection():

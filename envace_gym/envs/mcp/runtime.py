@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import sys
 import threading
 from collections import deque
@@ -46,6 +47,16 @@ class Stdio:
     args: tuple[str, ...] = ()
     env: dict[str, str] | None = None  # added to the SDK's safe defaults (PATH, HOME, ...)
     cwd: str | None = None
+
+    def __post_init__(self):
+        """A command that is not there is one clear error now, not a closed connection later."""
+        if os.sep in self.command:
+            found = os.access(Path(self.cwd or ".") / self.command, os.X_OK)
+        else:
+            found = shutil.which(self.command, path=(self.env or {}).get("PATH", os.environ.get("PATH"))) is not None
+        if not found:
+            raise ServerError(f"cannot start the MCP server {self.name!r}: no executable {self.command!r} "
+                              + ("at that path" if os.sep in self.command else "on PATH"))
 
     @property
     def name(self) -> str:
@@ -209,8 +220,9 @@ class Runtime:
         self._refill()
         session.ready.wait()
         if session.error is not None or session.done.is_set():
+            where = f"; its stderr is in {self.spec.log}" if isinstance(self.spec, Stdio) else ""
             raise ServerError(f"cannot open a session on the MCP server {self.spec.name} (it did not start or "
-                              f"cannot be reached): {_describe(session.error)}")
+                              f"cannot be reached): {_describe(session.error)}{where}")
         with self._lock:
             self.live.add(session)
         return session
