@@ -139,21 +139,19 @@ RAY_ADDRESS = Annotated[Optional[str], typer.Option(help="With --workers: a Ray 
 
 
 @contextmanager
-def episode_progress(total: int, description: str):
-    """A progress bar of episodes done, their rate and failures; yields ``advance(failed: bool)``."""
+def progress(total: int, description: str, unit: str):
+    """A progress bar of ``total`` items with their rate; yields ``advance(note="")``, the note (failures,
+    the last reward) shown beside it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TextColumn("[red]{task.fields[failed]}"), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task, failed = bar.add_task(description, total=total, rate="", failed=""), 0
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(description, total=total, note="")
 
-        def advance(failure: bool) -> None:
-            nonlocal failed
-            failed += failure
-            elapsed = bar.tasks[task].elapsed or 1e-9
-            bar.update(task, advance=1, rate=f"{(bar.tasks[task].completed + 1) / elapsed:.2f} ep/s",
-                       failed=f"{failed} failed" if failed else "")
+        def advance(note: str = "") -> None:
+            done = bar.tasks[task].completed + 1
+            rate = done / max(bar.tasks[task].elapsed or 0.0, 1e-9)
+            bar.update(task, advance=1, note=f"{rate:.2f} {unit}/s{' · ' + note if note else ''}")
 
         yield advance
 
@@ -337,14 +335,16 @@ def run(
         spec = WorkerSpec(env or spec_id or DEFAULT_ENV, agent, make_kwargs, parse_pairs(agent_kwargs), batch)
         stream = run_distributed(spec, todo, workers, ray_address)
     records = list(earlier)
+    failures = 0
     with user_errors(), out.open("a" if resume else "w") as f, \
-            episode_progress(len(todo), f"{env_id} {agent} {dynamics}") as advance:
+            progress(len(todo), f"{env_id} {agent} {dynamics}", "episodes") as advance:
         try:
             for record in stream:
                 f.write(json.dumps(record) + "\n")
                 f.flush()
                 records.append(record)
-                advance(bool(record.get("error")))
+                failures += bool(record.get("error"))
+                advance(f"[red]{failures} failed[/red]" if failures else "")
                 if record["ended_by"] in ("agent_error", "worker_error"):
                     console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
                                   f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
@@ -527,7 +527,9 @@ def train(
         trainer = Trainer(config)
         if resume:
             trainer.resume()
-        records = trainer.train()
+        with progress(steps - trainer.step, f"train {env}", "steps") as advance:
+            records = trainer.train(on_step=lambda r: advance(
+                f"reward {'n/a' if r['reward'] is None else format(r['reward'], '.3f')} · {r['tokens_per_s']:.0f} tokens/s"))
     if not trainer.accelerator.is_main_process:
         return
     for record in records:
@@ -579,7 +581,8 @@ def sft(
                                 eval_tasks=eval_tasks, save_every=save_every, seed=seed, lora_rank=lora_rank))
         if resume:
             trainer.resume()
-        records = trainer.train()
+        with progress(trainer.cfg.steps - trainer.step, f"sft {env}", "steps") as advance:
+            records = trainer.train(on_step=lambda r: advance(f"{r['tokens_per_s']:.0f} tokens/s"))
     if not trainer.accelerator.is_main_process:
         return
     for record in records:

@@ -209,7 +209,8 @@ class Trainer:
         return sharding.full_weights(self.model, on_every_process) if self.sharded else self.model.state_dict()
 
     # the loop ---------------------------------------------------------------
-    def train(self) -> list[dict]:
+    def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+        """Train to ``steps``; returns each step's metrics record, also given to ``on_step`` as it is made."""
         records = []
         board = None
         main = self.accelerator.is_main_process
@@ -225,6 +226,8 @@ class Trainer:
                     if main:
                         record.update(self.evaluate())
             records.append(record)
+            if on_step is not None:
+                on_step(record)
             if main:
                 with (self.out / "metrics.jsonl").open("a") as f:
                     f.write(json.dumps(record) + "\n")
