@@ -28,6 +28,7 @@ from envace_gym.envs.mcp import (ForkError, Http, InProcess, MCPEnv, MCPSuite, S
                                  load_finmcp, load_tasks, make_env)
 from envace_gym.messages import format_tool_call
 from envace_gym.rewards import tool_f1_summary
+from envace_gym.tools import SchemaError
 
 SERVER = [sys.executable, str(Path(__file__).with_name("mcp_server.py"))]
 TRANSFER = {"request": {"source": "A-1", "target": "B-2", "amount": {"value": 5, "currency": "EUR"}}}
@@ -306,6 +307,22 @@ def test_a_server_that_cannot_start_is_a_clear_error(capfd):
         make_env("./no/such/server.py", tasks=["hi"])
     with pytest.raises(ServerError, match=r"cannot open a session.*its stderr is in .*mcp-logs"):
         make_env([sys.executable, "-c", "import sys; sys.exit(3)"], tasks=["hi"])
+
+
+ODD = [sys.executable, str(Path(__file__).with_name("mcp_odd_server.py"))]
+
+
+def test_a_stray_non_utf8_line_is_not_a_timeout_and_a_too_deep_schema_is_named():
+    env = make_env(ODD, tasks=["hi"], call_timeout=5)
+    env.reset(seed=0)
+    start = time.monotonic()
+    _, _, terminated, _, info = env.step(call("garble", x="1"))
+    assert not terminated and info["tool_calls"][0]["error"] is None and time.monotonic() - start < 4
+    env.close()
+    start = time.monotonic()
+    with pytest.raises(SchemaError, match="tool 'deep'.*levels"):
+        make_env([*ODD, "40"], tasks=["hi"], call_timeout=5).reset(seed=0)
+    assert time.monotonic() - start < 4  # refused as what it is, not waited out
 
 
 def test_no_server_outlives_close_or_garbage_collection():
