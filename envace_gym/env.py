@@ -101,10 +101,11 @@ class EnvACEEnv(gym.Env):
         self.tools = suite.tools(suite.task(self.task_ids[0]))
         self.action_space = ActionSpace(self.tools)
         self.episode: Episode | None = None
-        if isinstance(simulator, str):  # an agent name: that agent, playing in this env
-            from envace_gym import agents
-
-            self.simulator = agents.load(simulator, env=self)
+        if isinstance(simulator, str):
+            raise TypeError(f"simulator={simulator!r}: an agent name is resolved by gym.make (registered ids); "
+                            "here give the agent, or a function of the env that returns it")
+        if callable(simulator) and not hasattr(simulator, "act"):  # a factory: the agent that plays in this env
+            self.simulator = simulator(self)
 
     # public API ----------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -280,15 +281,11 @@ class EnvACEEnv(gym.Env):
         ep = self.episode
         return execute(ep.suite, ep.replayed_world(), name, arguments, self.limits)
 
-    def oracle_action(self) -> str:
-        """The oracle's action for the current observation (an :class:`~envace_gym.agents.OracleAgent`).
-
-        A method, so that a vector env runs it where its sub-envs live:
-        ``venv.call("oracle_action")``, which ``agents.load("oracle", env=venv)`` does.
-        """
-        from envace_gym.agents.oracle import OracleAgent
-
-        return OracleAgent(self).act(self.observation())
+    def act_with(self, agent_class: type) -> str:
+        """The action of a fresh ``agent_class(self)`` on the current observation. A method, so that a
+        vector env computes it where its sub-env lives: the vector oracle's
+        ``venv.call("act_with", OracleAgent)``."""
+        return agent_class(self).act(self.observation())
 
     @property
     def role(self) -> str:

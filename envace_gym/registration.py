@@ -9,7 +9,7 @@ import sys
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
@@ -37,6 +37,24 @@ ENV_IDS.update({f"EnvACE/vitabench-{d}-v0": ("envace_gym.envs.vitabench:make_env
 REMOTE_ID = "EnvACE/remote-v0"  # gym.make(REMOTE_ID, url=...): a RemoteEnv (not a suite: not in ENV_IDS)
 
 
+def make_registered(entry_point: str | Callable, **kwargs):
+    """An env of a registered id: ``entry_point(**kwargs)``, a simulator given by name (``simulator="oracle"``)
+    resolved here, as that agent playing in the new env (the env itself knows no agents)."""
+    name = kwargs.get("simulator")
+    if isinstance(name, str):
+        kwargs["simulator"] = partial(_load_agent, name)
+    if isinstance(entry_point, str):
+        module, _, attribute = entry_point.partition(":")
+        entry_point = getattr(importlib.import_module(module), attribute)
+    return entry_point(**kwargs)
+
+
+def _load_agent(name: str, env):
+    from envace_gym import agents
+
+    return agents.load(name, env=env)
+
+
 def register_all() -> None:
     if REMOTE_ID not in gym.registry:
         gym.register(id=REMOTE_ID, entry_point="envace_gym.remote:RemoteEnv", disable_env_checker=True)
@@ -47,8 +65,8 @@ def register_all() -> None:
             # every later step. tests/test_env.py runs gymnasium's check_env on every suite.
             # ScoreTruncated sits outside the TimeLimit that max_episode_steps= adds: a cut
             # episode is scored (envace_gym/wrappers.py).
-            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True,
-                         additional_wrappers=(SCORE_TRUNCATED,))
+            gym.register(id=env_id, entry_point=partial(make_registered, entry_point), kwargs=kwargs,
+                         disable_env_checker=True, additional_wrappers=(SCORE_TRUNCATED,))
 
 
 def _suite_env(suite: Suite, **kwargs):
@@ -62,8 +80,8 @@ def register_suite(env_id: str, suite: Suite, **defaults) -> None:
     ``EnvACEEnv(suite, **defaults, **kwargs)``, wrapped as the ``EnvACE/*`` ids are. Registering
     the id again replaces it."""
     gym.registry.pop(env_id, None)
-    gym.register(id=env_id, entry_point=partial(_suite_env, suite), kwargs=defaults, disable_env_checker=True,
-                 additional_wrappers=(SCORE_TRUNCATED,))
+    gym.register(id=env_id, entry_point=partial(make_registered, partial(_suite_env, suite)), kwargs=defaults,
+                 disable_env_checker=True, additional_wrappers=(SCORE_TRUNCATED,))
 
 
 def import_module(name: str) -> ModuleType:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import gymnasium as gym
 
 from envace_gym.agents.base import Agent
+from envace_gym.agents.oracle import OracleAgent
 
 
 class VectorOracle(Agent):
     """The oracle for every sub-env of a vector env: ``act_batch(obs)`` gives one action each.
 
     The oracle reads the gold plan and the real world through its env, so each action is
-    computed where that sub-env lives (``venv.call("oracle_action")``; in the worker
+    computed where that sub-env lives (``venv.call("act_with", OracleAgent)``; in the worker
     process of an async vector env), on the sub-env's current observation: pass the
     observations the vector env returned last. ``agents.load("oracle", env=venv)`` builds it.
     """
@@ -28,4 +29,4 @@ class VectorOracle(Agent):
         if len(observations) != self.venv.num_envs:
             raise ValueError(f"expected {self.venv.num_envs} observations (one per sub-env), "
                              f"got {len(observations)}")
-        return list(self.venv.call("oracle_action"))
+        return list(self.venv.call("act_with", OracleAgent))
