@@ -17,7 +17,7 @@ from envace_gym.messages import ToolCall, assistant_message, escape_tags, parse_
 from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
 from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
-from envace_gym.suite import OVER_TIME, CallRecord, Episode, Response, Suite, User, checked, execute, recording_key
+from envace_gym.suite import OVER_TIME, CallRecord, Episode, Response, Suite, User, checked, execute, recorded, recording_key
 
 DYNAMICS = ("real", "rehearsed", "simulated", "replay", "mixed", "shadow")
 
@@ -428,12 +428,10 @@ class EnvACEEnv(gym.Env):
             self._transferred = True
 
     def _replayed(self, call: ToolCall) -> str:
-        answers = self._replay_table.get(recording_key(call.name, call.arguments))
-        if not answers:
-            return ToolError(ErrorCode.NO_RECORDING,
-                             f"no recorded response for {call.name} with these arguments").content()
-        text = answers.pop(0) if len(answers) > 1 else answers[0]
-        return checked(call.name, Response(text=text), self.limits, "the recorded").content  # as real ones are
+        answer = recorded(self._replay_table, call.name, call.arguments)
+        if isinstance(answer, ToolError):
+            return answer.content()
+        return checked(call.name, Response(text=answer), self.limits, "the recorded").content  # as real ones are
 
     def _default_reward(self, dynamics: str, task) -> str | RewardFn:
         """The dynamics' default reward, or for a task without gold the suite's judge (if it has one)."""

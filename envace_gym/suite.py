@@ -404,3 +404,12 @@ def checked(name: str, response: Response, limits: Limits, who: str = "the world
 
 def recording_key(name: str, arguments: dict) -> tuple[str, str]:
     return name, json.dumps(arguments, sort_keys=True)
+
+
+def recorded(table: dict, name: str, arguments: dict) -> str | ToolError:
+    """The next recorded answer to this call in ``table`` (by :func:`recording_key`; the last one repeats),
+    or the ``no_recording`` error."""
+    answers = table.get(recording_key(name, arguments))
+    if not answers:
+        return ToolError(ErrorCode.NO_RECORDING, f"no recorded response for {name} with these arguments")
+    return answers.pop(0) if len(answers) > 1 else answers[0]

@@ -12,7 +12,7 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError
 
 from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.suite import Response, World, recording_key
+from envace_gym.suite import Response, World, recorded, recording_key
 from envace_gym.envs.mcp.runtime import InProcess, Runtime, ServerError
 
 
@@ -113,12 +113,8 @@ class RecordedWorld(World):
             self.table.setdefault(recording_key(r["name"], r.get("arguments", {})), []).append(r["response"])
 
     def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
-        answers = self.table.get(recording_key(name, arguments))
-        if not answers:
-            return Response(error=ToolError(ErrorCode.NO_RECORDING,
-                                            f"no recorded response for {name} with these arguments"))
-        content = answers.pop(0) if len(answers) > 1 else answers[0]
-        return Response.from_native(content)
+        answer = recorded(self.table, name, arguments)
+        return Response(error=answer) if isinstance(answer, ToolError) else Response.from_native(answer)
 
 
 class DetachedWorld(World):
