@@ -501,6 +501,10 @@ def train(
                                                        "(0: minibatches of 4 rows).")] = 0,
     fsdp: Annotated[bool, typer.Option(help="Shard weights, gradients and Adam states over the launched "
                                             "processes (torch FSDP2) instead of DDP.")] = False,
+    rollout_workers: Annotated[Optional[int], typer.Option(help="Step the rollout envs in this many Ray actors "
+                                                                "(users, judges, slow tools in parallel); "
+                                                                "generation stays here.")] = None,
+    ray_address: RAY_ADDRESS = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")] = False,
 ) -> None:
     """Role-wise GRPO: train one model to act and to rehearse, evaluate it in the real env.
@@ -523,7 +527,7 @@ def train(
                              save_every=save_every, seed=seed, lora_rank=lora_rank,
                              rehearsal_format=rehearsal_format, bf16=bf16,
                              gradient_checkpointing=gradient_checkpointing, minibatch_tokens=minibatch_tokens,
-                             fsdp=fsdp)
+                             fsdp=fsdp, rollout_workers=rollout_workers or 0, ray_address=ray_address)
         trainer = Trainer(config)
         if resume:
             trainer.resume()

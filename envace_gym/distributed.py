@@ -130,3 +130,63 @@ def run_distributed(spec: WorkerSpec, episodes: Sequence[tuple[str, int]], worke
     finally:
         for actor in actors:
             ray.kill(actor)
+
+
+class EnvHost:
+    """A Ray actor's share of an :class:`EnvPool`: some envs, stepped on request (``ray.remote`` applied
+    by the pool)."""
+
+    def __init__(self, env_id: str, n: int, make_kwargs: dict):
+        import envace_gym  # noqa: F401
+        from envace_gym.registration import resolve_env
+        from envace_gym.runner import make_envs
+
+        self.envs = make_envs(resolve_env(env_id), n, **make_kwargs)
+
+    def reset(self, requests: list[tuple[int, int, dict]]) -> list[tuple[dict, dict]]:
+        return [self.envs[k].reset(seed=seed, options=options) for k, seed, options in requests]
+
+    def step(self, requests: list[tuple[int, str]]) -> list[tuple]:
+        return [self.envs[k].step(text) for k, text in requests]
+
+
+class EnvPool:
+    """``n`` envs of one id in ``workers`` Ray actors (env ``i`` in actor ``i % workers``), for the
+    trainer's rollouts (``train --rollout-workers``): :func:`envace_gym.training.rollout.collect` sends
+    each round's resets and steps to all actors at once, so slow users, judges and tools run in
+    parallel while generation stays batched in the trainer."""
+
+    def __init__(self, env_id: str, n: int, workers: int, make_kwargs: dict | None = None,
+                 address: str | None = None):
+        if n < 1 or workers < 1:
+            raise ValueError(f"an env pool needs at least one env and one worker, got {n} and {workers}")
+        self.ray = connect(address, workers)
+        self.n, self.workers = n, min(workers, n)
+        host = self.ray.remote(num_cpus=1)(EnvHost)
+        self.hosts = [host.options(scheduling_strategy="SPREAD").remote(
+            env_id, len(range(w, n, self.workers)), make_kwargs or {}) for w in range(self.workers)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _scatter(self, method: str, requests: list[tuple]) -> list:
+        """Each ``(i, ...)`` request to env ``i``'s actor, all actors at once; the answers in request order."""
+        shares: dict[int, list[tuple[int, tuple]]] = {}
+        for at, (i, *rest) in enumerate(requests):
+            shares.setdefault(i % self.workers, []).append((at, (i // self.workers, *rest)))
+        futures = {w: getattr(self.hosts[w], method).remote([r for _, r in share]) for w, share in shares.items()}
+        out: list = [None] * len(requests)
+        for w, share in shares.items():
+            for (at, _), answer in zip(share, self.ray.get(futures[w])):
+                out[at] = answer
+        return out
+
+    def reset_many(self, requests: list[tuple[int, dict]]) -> list[tuple[dict, dict]]:
+        return self._scatter("reset", [(i, seed, options) for i, (seed, options) in enumerate(requests)])
+
+    def step_many(self, actions: list[tuple[int, str]]) -> list[tuple]:
+        return self._scatter("step", actions)
+
+    def close(self) -> None:
+        for host in self.hosts:
+            self.ray.kill(host)

@@ -107,3 +107,26 @@ def test_workers_refuse_what_they_cannot_do(ray, tmp_path):
     with pytest.raises(ValueError, match="could not start"):
         list(run_distributed(WorkerSpec(MOCK, f"{AGENTS}:NoSuchAgent"), [("create_task_1", 0)], workers=1))
     assert json.loads(json.dumps(WorkerSpec(MOCK, "oracle").__dict__))["envs_per_worker"] == 1
+
+
+def test_rollouts_in_ray_actors_make_the_in_process_trainers_updates(ray, tiny, tmp_path):
+    import torch
+
+    from envace_gym.training import TrainConfig, Trainer
+
+    def trained(out, workers):
+        config = TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-mock-gen-v0", out=str(out), split="train",
+                             eval_split="test", dynamics="rehearsed", group_size=2, tasks_per_step=2, steps=2,
+                             lr=1e-3, max_new_tokens=8, max_turns=3, eval_every=0, save_every=0, seed=0,
+                             tensorboard=False, rollout_workers=workers)
+        trainer = Trainer(config)
+        records = trainer.train()
+        return trainer, records
+
+    local, local_records = trained(tmp_path / "local", 0)
+    pooled, pooled_records = trained(tmp_path / "pooled", 2)
+    keep = ("tasks", "reward", "loss/act", "loss/rehearse", "advantage_mean/act")
+    assert [{k: r.get(k) for k in keep} for r in pooled_records] == [{k: r.get(k) for k in keep} for r in local_records]
+    for (name, a), b in zip(local.model.state_dict().items(), pooled.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    pooled.envs.close()

@@ -60,9 +60,26 @@ def _context_delta(rollout: Rollout, prompt: str, eos: str) -> str:
     return prompt[at + len(closing):] if rollout._closing else prompt[at:]
 
 
+def reset_all(envs, requests: list[tuple[int, dict]]) -> list[tuple[dict, dict]]:
+    """Reset env ``i`` with the ``i``-th ``(seed, options)``: in turn, or all at once where ``envs`` can
+    (an :class:`~envace_gym.distributed.EnvPool` of Ray actors)."""
+    if hasattr(envs, "reset_many"):
+        return envs.reset_many(requests)
+    return [env.reset(seed=seed, options=options) for env, (seed, options) in zip(envs, requests)]
+
+
+def step_all(envs, actions: list[tuple[int, str]]) -> list[tuple]:
+    """``envs[i].step(text)`` for each ``(i, text)``: in turn, or all at once where ``envs`` can."""
+    if hasattr(envs, "step_many"):
+        return envs.step_many(actions)
+    return [envs[i].step(text) for i, text in actions]
+
+
 def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, seed: int = 0) -> list[Rollout]:
     """Play ``group_size`` episodes of every task (one env each), generations batched across envs.
 
+    ``envs`` may also be an :class:`~envace_gym.distributed.EnvPool`: the envs live in Ray actors and
+    each round's steps run there in parallel (users, judges, slow tools), generation staying here.
     Returns the conversation row of every episode (in task order), then the rows of
     prompted rehearse generations, if any. An episode that ended with an error (a model
     server of the judge, the user or a simulator failed) has it in ``info["error"]``.
@@ -72,8 +89,8 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
     rollouts = [Rollout(task_id=t, group=g, episode=g * group_size + k)
                 for g, t in enumerate(task_ids) for k in range(group_size)]
     extra: list[Rollout] = []
-    observations = [env.reset(seed=seed + i, options={"task_id": r.task_id})[0]
-                    for i, (env, r) in enumerate(zip(envs, rollouts))]
+    observations = [obs for obs, _ in reset_all(envs, [(seed + i, {"task_id": r.task_id})
+                                                        for i, r in enumerate(rollouts)])]
     active = list(range(len(envs)))
     while active:
         prompts, stops, rows = [], [], []
@@ -94,13 +111,14 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
             stops.append(stop)
         gens = agent.generate_ids(prompts, stops)
         still = []
-        for i, row, gen, stop in zip(active, rows, gens, stops):
+        steps = step_all(envs, [(i, gen.text) for i, gen in zip(active, gens)])
+        for i, row, gen, stop, step in zip(active, rows, gens, stops, steps):
             role = observations[i]["role"]
             row.extend(gen.completion_ids, role, gen.logprobs)
             row.generations[role] += 1
             closing = stop if stop else tok.eos_token
             row._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
-            obs, reward, terminated, truncated, info = envs[i].step(gen.text)
+            obs, reward, terminated, truncated, info = step
             observations[i] = obs
             if terminated or truncated:
                 r = rollouts[i]

@@ -63,12 +63,14 @@ class TrainConfig:
     fsdp: bool = False  # under a process group: weights, gradients and Adam states sharded (torch FSDP2)
     engine_kwargs: dict = field(default_factory=dict)  # for vllm:PATH models: passed to vllm.LLM
     env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments, e.g. user_kwargs
+    rollout_workers: int = 0  # > 0: the rollout envs live in this many Ray actors (envace_gym.distributed.EnvPool)
+    ray_address: str | None = None  # with rollout_workers: a Ray cluster to join (default: a local Ray)
 
     def __post_init__(self):
         for name in ("steps", "group_size", "tasks_per_step", "epochs", "minibatch", "eval_tasks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("eval_every", "save_every", "lora_rank", "minibatch_tokens"):
+        for name in ("eval_every", "save_every", "lora_rank", "minibatch_tokens", "rollout_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)!r}")
         if self.fsdp and self.lora_rank:
@@ -103,9 +105,16 @@ class Trainer:
         self._prepare_optimizer()
         make = dict(dynamics=config.dynamics, reward=config.reward, max_turns=config.max_turns,
                     rehearsal_format=config.rehearsal_format, **config.env_kwargs)
-        self.envs = [gym.make(config.env_id, split=config.split, **make)
-                     for _ in range(len(self._my_tasks(range(config.tasks_per_step))) * config.group_size)]
-        self.task_ids = self.envs[0].unwrapped.task_ids
+        n_envs = len(self._my_tasks(range(config.tasks_per_step))) * config.group_size
+        if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel
+            from envace_gym.distributed import EnvPool
+
+            self.envs = EnvPool(config.env_id, n_envs, config.rollout_workers, dict(split=config.split, **make),
+                                config.ray_address)
+            self.task_ids = gym.make(config.env_id, split=config.split, **make).unwrapped.task_ids
+        else:
+            self.envs = [gym.make(config.env_id, split=config.split, **make) for _ in range(n_envs)]
+            self.task_ids = self.envs[0].unwrapped.task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
         self.eval_env = gym.make(config.env_id, split=config.eval_split, dynamics=config.eval_dynamics,
                                  max_turns=config.max_turns, **config.env_kwargs)
