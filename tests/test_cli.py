@@ -1,5 +1,6 @@
 import json
 import statistics
+from pathlib import Path
 
 import gymnasium as gym
 import pandas as pd
@@ -305,3 +306,12 @@ def test_vitabench_without_a_judge_is_refused_before_it_starts(monkeypatch, tmp_
     monkeypatch.delenv("VITABENCH_JUDGE", raising=False)
     _one_line_error(["run", "EnvACE/vitabench-delivery-v0", "--agent", "random", "--out", str(tmp_path / "r.jsonl")],
                     "VITABENCH_JUDGE", "--reward")
+
+
+def test_an_mcp_server_registered_in_a_file_runs_from_the_command_line(tmp_path):
+    out = tmp_path / "bank.jsonl"
+    example = str(Path(__file__).parents[1] / "examples" / "mcp_register.py")
+    result = runner.invoke(app, ["run", f"{example}:Bank/bank-v0", "--agent", "oracle", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["task_id"] for r in records] == ["balance", "accounts"] and all(r["reward"] == 1.0 for r in records)

@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 from anyio.from_thread import BlockingPortal
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult
 from pydantic import ValidationError
@@ -68,10 +69,14 @@ class Stdio:
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.command).name)[:60] or "server"
         return cache_dir("mcp-logs") / f"{stem}.log"
 
-    def target(self) -> StdioServerParameters:
-        return StdioServerParameters(command=sys.executable,
-                                     args=["-I", "-S", GUARD, str(os.getpid()), str(self.log), self.command,
-                                           *self.args], env=self.env, cwd=self.cwd)
+    def target(self):
+        """The transport of one session: the server under its guard. The guard's own stderr is the
+        process's real one (``sys.__stderr__``), so a replaced ``sys.stderr`` without a file
+        descriptor (a notebook's, a test runner's) does not stop the server from starting."""
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-I", "-S", GUARD, str(os.getpid()), str(self.log), self.command,
+                                             *self.args], env=self.env, cwd=self.cwd)
+        return stdio_client(params, errlog=sys.__stderr__ or open(os.devnull, "w"))
 
 
 @dataclass(frozen=True)
