@@ -227,6 +227,11 @@ class Suite(ABC):
     def new_world(self, task: Task) -> World:
         """A fresh world in the task's initial state."""
 
+    def isolates(self, name: str, arguments: dict) -> bool:
+        """Whether this call runs in a child process (:attr:`stateless_tools`); a suite may keep calls
+        it can bound by their arguments in process."""
+        return name in self.stateless_tools
+
     def splits(self) -> list[str]:
         """The names :meth:`task_ids` takes (default: none)."""
         return []
@@ -363,7 +368,7 @@ def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limi
     error = _error_response
 
     try:
-        if name in suite.stateless_tools:
+        if suite.isolates(name, arguments):
             response = run_isolated(run, limits.call_seconds, limits.call_memory_bytes)
         else:
             response = run_bounded(run, limits.call_seconds)

@@ -73,6 +73,13 @@ def test_tau2_calculate_with_a_tower_of_powers_is_cut_short():
     assert info["tool_calls"][0]["error"] == "limit_exceeded" and obs["role"] == "act"
     obs, *_, info = env.step(call("calculate", expression="2 + 2"))
     assert json.loads(obs["messages"][-1]["content"]) == {"result": "4.0"}
+    obs, *_, info = env.step(call("calculate", expression="(9 * * 9) * * 9 * * 9"))  # a power, spaced out
+    assert info["tool_calls"][0]["error"] in ("limit_exceeded", "execution_error")
+    suite = env.unwrapped.suite  # only what its length cannot bound goes to a child process
+    assert not suite.isolates("calculate", {"expression": "(12.5 + 3) * 4 / 2"})
+    assert suite.isolates("calculate", {"expression": "9 ** 9"})
+    assert suite.isolates("calculate", {"expression": "1+" * 150 + "1"})
+    assert not suite.isolates("get_order_details", {"order_id": "#W1"})
 
 
 def test_bfcl_power_with_a_huge_exponent_is_cut_short_and_memory_bounded():

@@ -34,6 +34,8 @@ from envace_gym.tools import ToolSet
 DOMAINS = ("retail", "airline", "telecom", "mock")
 DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock": "base"}
 STATELESS_TOOLS = ("calculate",)  # evaluates an expression: run isolated, so `9**9**9` is cut short
+# a `calculate` expression without a power and this short costs microseconds: it runs in process
+PLAIN_ARITHMETIC_CHARS = 200
 AGENT_STOP = "###STOP###"
 AGENT_INSTRUCTION = (
     "You are a customer service agent that helps the user according to the <policy> provided below.\n"
@@ -132,6 +134,15 @@ class Tau2Suite(Suite):
                 raise KeyError(f"tau2 {self.name} has no task {task_id!r}")
             self._tasks[task_id] = Task(task_id, Tau2Task.model_validate(self._raw_tasks[task_id]))
         return self._tasks[task_id]
+
+    def isolates(self, name: str, arguments: dict) -> bool:
+        """``calculate`` runs in a child only when its expression could run long: a power (``**``, the
+        one operator whose cost its length does not bound) or more than PLAIN_ARITHMETIC_CHARS characters."""
+        if name not in self.stateless_tools:
+            return False
+        expression = arguments.get("expression")
+        return not (isinstance(expression, str) and len(expression) <= PLAIN_ARITHMETIC_CHARS
+                    and "**" not in expression.replace(" ", ""))
 
     def tools(self, task: Task) -> ToolSet:
         return self._toolset
@@ -258,8 +269,9 @@ class Tau2Suite(Suite):
         if gold.user_tools is not None:
             diff += [f"user.{d}" for d in model_diff(world.env.user_tools.db, gold.user_tools.db)]
         db_reward = 0.0 if diff else 1.0
-        probe = world.fork().env  # assertions may sync tools: keep the episode's world as it was
         checks = []
+        # assertions may sync tools: they run on a fork, so the episode's world stays as it was
+        probe = world.fork().env if criteria.env_assertions else None
         for assertion in criteria.env_assertions or []:
             try:
                 met = probe.run_env_assertion(assertion, raise_assertion_error=False)
