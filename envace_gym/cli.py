@@ -310,8 +310,6 @@ def run(
                                                  agents.load(world_model, env=envs[0]) if world_model else None,
                                                  rehearsal_horizon, rehearsal_scorer)
             actor = rehearsing if rehearsal_budget else actor  # budget 0: the agent itself
-        elif rehearsal_budget:
-            raise ValueError("--workers does not take private rehearsal yet: run it in one process (no --workers)")
         elif workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
         else:
@@ -332,7 +330,10 @@ def run(
         from envace_gym.distributed import WorkerSpec, run_distributed
 
         # the id as given (MODULE:ID or PATH.py:ID too): each worker imports the module that registers it
-        spec = WorkerSpec(env or spec_id or DEFAULT_ENV, agent, make_kwargs, parse_pairs(agent_kwargs), batch)
+        rehearsal = {"budget": rehearsal_budget, "mode": rehearsal_mode, "select": rehearsal_select,
+                     "world_model": world_model, "horizon": rehearsal_horizon, "scorer": rehearsal_scorer}
+        spec = WorkerSpec(env or spec_id or DEFAULT_ENV, agent, make_kwargs, parse_pairs(agent_kwargs), batch,
+                          rehearsal=rehearsal if rehearsal_budget else {})
         stream = run_distributed(spec, todo, workers, ray_address)
     records = list(earlier)
     failures = 0

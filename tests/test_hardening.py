@@ -89,6 +89,12 @@ def test_bfcl_power_with_a_huge_exponent_is_cut_short_and_memory_bounded():
     env = math_env(limits=Limits(call_seconds=30, call_memory_bytes=64 << 20))
     obs, *_, info = env.step(call("power", base=7, exponent=10 ** 9))
     assert info["tool_calls"][0]["error"] == "limit_exceeded"
+    suite = env.unwrapped.suite  # small numbers run in process; what they cannot bound goes to a child
+    assert not suite.isolates("power", {"base": 12.5, "exponent": 3})
+    assert not suite.isolates("mean", {"numbers": [1, 2.5, 1e8]})
+    assert suite.isolates("power", {"base": 2, "exponent": 5000})
+    assert suite.isolates("square_root", {"number": 2, "precision": 10 ** 6})
+    assert suite.isolates("add", {"a": 10 ** 12, "b": 1})
 
 
 def test_a_call_over_its_budget_leaves_the_world_as_it_was(monkeypatch):

@@ -246,6 +246,11 @@ class PrivateRehearsal(Agent):
         out = {**self._stats, "rehearsal_seconds": round(self._stats["rehearsal_seconds"], 4)}
         return out | ({"private_context": list(self.private_context)} if self.private_context else {})
 
+    def reseed(self, seed: int) -> None:
+        self.agent.reseed(seed)
+        if self.world_model is not None:
+            self.world_model.reseed(seed)
+
     def bind(self, env: gym.Env) -> PrivateRehearsal:
         return PrivateRehearsal(self.agent.bind(env), env, self.budget, self.mode, self.select,
                                 self.world_model, self.horizon, self.scorer, self.max_turns, self.max_seconds)

@@ -168,6 +168,21 @@ class TurnUser(User):
         return UserReply(self.questions[self.index])
 
 
+SMALL_POWER, LARGE_NUMBER = 1000, 10 ** 9  # an exponent or a precision; any other number
+
+
+def _small(value: Any, key: str = "") -> bool:
+    """Whether an argument of a math call bounds its cost: numbers within LARGE_NUMBER (``exponent`` and
+    ``precision`` within SMALL_POWER), lists of such numbers."""
+    if isinstance(value, bool) or isinstance(value, str):
+        return True
+    if isinstance(value, (int, float)):
+        return abs(value) <= (SMALL_POWER if key in ("exponent", "precision") else LARGE_NUMBER)
+    if isinstance(value, list):
+        return all(_small(v) for v in value)
+    return False
+
+
 class MultiTurnSuite(Suite):
     """One multi-turn category. Build it with :func:`envace_gym.envs.bfcl.get_suite`."""
 
@@ -187,6 +202,13 @@ class MultiTurnSuite(Suite):
         self._initial: dict[str, dict[str, Any]] = {}  # task id -> pristine backend instances
         self.stateless_tools = frozenset(doc["name"] for name in source.stateless_classes()
                                          for doc in source.class_docs(name))
+
+    def isolates(self, name: str, arguments: dict) -> bool:
+        """A math call runs in a child only when its numbers could make it run long: an ``exponent`` or
+        ``precision`` past SMALL_POWER, or any number past LARGE_NUMBER; the rest costs microseconds."""
+        if name not in self.stateless_tools:
+            return False
+        return not all(_small(value, key) for key, value in arguments.items())
 
     def task_ids(self, split: str | None = None) -> list[str]:
         if split not in (None, "default"):
