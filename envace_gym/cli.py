@@ -300,16 +300,15 @@ def run(
         spec_id, env_id = env_id, resolve(env_id, env)
         make_kwargs = env_kwargs(env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
                                  simulator=simulator, p_real=p_real, **user_option(user))
+        rehearsal = {"budget": rehearsal_budget, "mode": rehearsal_mode, "select": rehearsal_select,
+                     "world_model": world_model, "horizon": rehearsal_horizon, "scorer": rehearsal_scorer}
         if workers is None:
             envs = make_envs(env_id, batch, **make_kwargs)
             actor = agents.load(agent, env=envs[0], **parse_pairs(agent_kwargs))
             if not actor.acts:
                 raise ValueError(f"{actor.name} is a world model and cannot act: it answers rehearse turns only; "
                                  "give it as --simulator, --world-model or compare's --agent, and act with another agent")
-            rehearsing = agents.PrivateRehearsal(actor, envs[0], rehearsal_budget, rehearsal_mode, rehearsal_select,
-                                                 agents.load(world_model, env=envs[0]) if world_model else None,
-                                                 rehearsal_horizon, rehearsal_scorer)
-            actor = rehearsing if rehearsal_budget else actor  # budget 0: the agent itself
+            actor = agents.with_rehearsal(actor, envs[0], **rehearsal)
         elif workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
         else:
@@ -330,10 +329,8 @@ def run(
         from envace_gym.distributed import WorkerSpec, run_distributed
 
         # the id as given (MODULE:ID or PATH.py:ID too): each worker imports the module that registers it
-        rehearsal = {"budget": rehearsal_budget, "mode": rehearsal_mode, "select": rehearsal_select,
-                     "world_model": world_model, "horizon": rehearsal_horizon, "scorer": rehearsal_scorer}
         spec = WorkerSpec(env or spec_id or DEFAULT_ENV, agent, make_kwargs, parse_pairs(agent_kwargs), batch,
-                          rehearsal=rehearsal if rehearsal_budget else {})
+                          rehearsal=rehearsal)
         stream = run_distributed(spec, todo, workers, ray_address)
     records = list(earlier)
     failures = 0

@@ -30,7 +30,7 @@ class WorkerSpec:
     agent_kwargs: dict = field(default_factory=dict)
     envs_per_worker: int = 1
     rehearser: str | None = None  # ``compare``: the agent whose rehearsals are scored against the real calls
-    rehearsal: dict = field(default_factory=dict)  # PrivateRehearsal's options (budget, mode, select, world_model, ...)
+    rehearsal: dict = field(default_factory=dict)  # agents.with_rehearsal's options (budget 0 or none: no rehearsal)
 
 
 class EnvWorker:
@@ -43,12 +43,8 @@ class EnvWorker:
         from envace_gym.runner import make_envs
 
         self.envs = make_envs(resolve_env(spec.env_id), spec.envs_per_worker, **spec.make_kwargs)
-        self.agent = agents.load(spec.agent, env=self.envs[0], **spec.agent_kwargs)
-        if spec.rehearsal.get("budget"):  # test-time private rehearsal around the agent
-            options = dict(spec.rehearsal)
-            model = options.pop("world_model", None)
-            self.agent = agents.PrivateRehearsal(self.agent, self.envs[0], world_model=agents.load(
-                model, env=self.envs[0]) if model else None, **options)
+        self.agent = agents.with_rehearsal(agents.load(spec.agent, env=self.envs[0], **spec.agent_kwargs),
+                                           self.envs[0], **spec.rehearsal)
         self.rehearser = agents.load(spec.rehearser, env=self.envs[0]) if spec.rehearser else None
 
     def play(self, episodes: list[tuple[str, int]]) -> list[dict]:

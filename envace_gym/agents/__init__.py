@@ -114,4 +114,15 @@ def check_kwargs(cls: type, name: str, kwargs: dict) -> dict:
     return kwargs
 
 
-__all__ = ["AGENTS", "Agent", "KNNAgent", "NoisyOracle", "OracleAgent", "PrivateRehearsal", "RandomAgent", "load"]
+def with_rehearsal(agent: Agent, env: gym.Env, budget: int = 0, world_model: str | None = None,
+                   **options: Any) -> Agent:
+    """``agent`` with test-time private rehearsal of ``budget`` attempts (:class:`PrivateRehearsal`'s
+    ``options``; a ``world_model`` named as for :func:`load`, loaded in ``env``). The options are
+    checked at every budget; budget 0 is the agent itself."""
+    wrapped = PrivateRehearsal(agent, env, budget, world_model=load(world_model, env=env) if world_model else None,
+                               **options)
+    return wrapped if budget else agent
+
+
+__all__ = ["AGENTS", "Agent", "KNNAgent", "NoisyOracle", "OracleAgent", "PrivateRehearsal", "RandomAgent", "load",
+           "with_rehearsal"]

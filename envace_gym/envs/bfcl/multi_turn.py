@@ -174,7 +174,7 @@ SMALL_POWER, LARGE_NUMBER = 1000, 10 ** 9  # an exponent or a precision; any oth
 def _small(value: Any, key: str = "") -> bool:
     """Whether an argument of a math call bounds its cost: numbers within LARGE_NUMBER (``exponent`` and
     ``precision`` within SMALL_POWER), lists of such numbers."""
-    if isinstance(value, bool) or isinstance(value, str):
+    if isinstance(value, (bool, str)):
         return True
     if isinstance(value, (int, float)):
         return abs(value) <= (SMALL_POWER if key in ("exponent", "precision") else LARGE_NUMBER)
