@@ -190,9 +190,10 @@ class EnvServer:
 
     async def _answer(self, session: Session, raw: str) -> dict | None:
         """The reply frame to one client message (None: the client closed the session)."""
-        if len(raw.encode()) > self.max_message_bytes:
-            return error(f"message of {len(raw.encode())} bytes is over this server's limit of "
-                         f"{self.max_message_bytes}", "VALIDATION_ERROR")
+        size = len(raw.encode())
+        if size > self.max_message_bytes:
+            return error(f"message of {size} bytes is over this server's limit of {self.max_message_bytes}",
+                         "VALIDATION_ERROR")
         try:
             message = json.loads(raw)
         except ValueError as e:
