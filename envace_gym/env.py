@@ -13,7 +13,7 @@ from envace_gym.endpoint import ModelServerError
 from envace_gym.errors import ErrorCode, ToolError, error_code_of
 from envace_gym.fidelity import fidelity
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded
-from envace_gym.messages import ToolCall, assistant_message, escape_tags, parse_act, parse_rehearsal, tool_message
+from envace_gym.messages import ToolCall, assistant_message, escape_tags, parse_act, rehearsal_content, tool_message
 from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
 from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
@@ -388,9 +388,9 @@ class EnvACEEnv(gym.Env):
                 text = self._guarded(self.simulator.act, self._obs())
                 if text is None:
                     return
-                value, error = parse_rehearsal(text, self.limits.response_chars)
-                self._rehearsal_errors += error is not None
-                self._answer(call, "simulated", error.content() if error else json.dumps(value), records)
+                content, parsed = rehearsal_content(text, self.limits.response_chars)
+                self._rehearsal_errors += not parsed
+                self._answer(call, "simulated", content, records)
         self.action_space.role = "act"
 
     def _source(self) -> str:
@@ -402,9 +402,8 @@ class EnvACEEnv(gym.Env):
 
     def _rehearse(self, action: Any, records: list[CallRecord]) -> None:
         call, _ = self._pending[0]
-        value, error = parse_rehearsal(action, self.limits.response_chars)
-        self._rehearsal_errors += error is not None
-        rehearsed = error.content() if error else json.dumps(value)
+        rehearsed, parsed = rehearsal_content(action, self.limits.response_chars)
+        self._rehearsal_errors += not parsed
         if self.episode.dynamics != "shadow":
             self._answer(call, "rehearsed", rehearsed, records)
             return

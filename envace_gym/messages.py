@@ -187,6 +187,24 @@ def parse_rehearsal(action: Any, max_chars: int = MAX_RESPONSE_CHARS) -> tuple[A
     return value, None
 
 
+def rehearsal_content(action: Any, max_chars: int = MAX_RESPONSE_CHARS) -> tuple[str, bool]:
+    """The tool message's content for the rehearse action ``action``, and whether it parsed.
+
+    A rehearsal that is a bare JSON object or array with no ``<`` in it is kept as written
+    (stripped), so later prompts hold the very text, and tokens, the model generated: prompts
+    grow append-only and prefix caches stay valid. Any other is changed once, here, and the
+    transcript shows the change: one inside a think block or response tag, or holding a ``<``,
+    becomes canonical JSON (``<`` is escaped when it is stored); one that does not parse, the
+    structured ``malformed_response`` error.
+    """
+    value, error = parse_rehearsal(action, max_chars)
+    if error is not None:
+        return error.content(), False
+    if isinstance(action, str) and "<" not in action:
+        return action.strip(), True
+    return json.dumps(value), True
+
+
 def format_tool_call(name: str, arguments: dict) -> str:
     """The text form of one tool call, as agents write it."""
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"

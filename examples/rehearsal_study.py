@@ -55,7 +55,7 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
-from envace_gym.rewards import actions_share_reward
+from envace_gym.rewards import actions_share_reward, strict_progress_reward
 from envace_gym.runner import run_episodes
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
@@ -139,8 +139,9 @@ class Study:
         dynamics, roles = CONDITIONS[name]
         trainer = Trainer(TrainConfig(
             model=f"hf:{warm}", env_id=args.env, out=str(self.out / name), dynamics=dynamics, roles=roles,
-            reward=args.reward, group_size=args.group_size, tasks_per_step=args.tasks_per_step, steps=args.steps,
-            lr=args.lr, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
+            reward=charging_rejected if args.charge_rejected else args.reward,
+            scale_advantages=args.scale_advantages, group_size=args.group_size, tasks_per_step=args.tasks_per_step,
+            steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
             max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
             tensorboard=False, seed=self.seed))
         curve = self.record[name] = [{"step": 0, "real_calls": 0, "train_reward": None, **self.record["warm"]}]
@@ -177,6 +178,20 @@ class Study:
             self.grpo(name, warm)
             if self.args.keep_models:  # for --diagnose
                 self._keep(self.trainers.pop(name), name + "-final")
+
+
+def charging_rejected(episode) -> tuple[float, dict]:
+    """``strict_progress`` whose calls' share also counts the assistant's rejected calls (invalid
+    arguments, unknown tools) as extra: ``hits / (gold + extra + rejected)``."""
+    value, parts = strict_progress_reward(episode)
+    rejected = sum(not c.ran and c.requestor == "assistant" for c in episode.calls)
+    if not rejected:
+        return value, parts
+    hits = sum(c["met"] for c in parts.get("action_checks") or [])
+    share = hits / ((len(parts.get("action_checks") or []) + parts["extra_calls"] + rejected))
+    said = parts["communicate_share"]
+    value = share if said is None else (share + said) / 2
+    return value, {**parts, "strict_share": share, "rejected_calls": rejected, "strict_progress": value}
 
 
 class _Loaded:
@@ -370,12 +385,16 @@ def main() -> None:
     parser.add_argument("--patience", type=int, default=3, help="SFT scores without a gain before the plateau")
     parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
     parser.add_argument("--reward", default="progress", help="a reward name: progress, strict_progress (extra calls count against the share), ...")
+    parser.add_argument("--charge-rejected", action="store_true",
+                        help="strict_progress, with a call the env rejected also counted as an extra call")
+    parser.add_argument("--scale-advantages", action="store_true", help="divide advantages by the group's std")
     parser.add_argument("--warm-from", type=Path, help="an earlier study's folder: reuse its SFT phase per seed")
     parser.add_argument("--keep-models", action="store_true", help="save each condition's final model")
     parser.add_argument("--steps", type=int, default=300, help="GRPO steps per condition")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--tasks-per-step", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--warmup-steps", type=int, default=0, help="GRPO steps of linear lr warmup")
     parser.add_argument("--clip-eps", type=float, default=0.2)
     parser.add_argument("--kl-coef", type=float, default=0.0)
     parser.add_argument("--temperature", type=float, default=1.0)

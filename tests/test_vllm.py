@@ -48,6 +48,13 @@ def test_offline_engine_serves_both_roles_with_logprobs(tiny):
     assert gens[1].prompt_ids[:len(gens[0].prompt_ids)] == gens[0].prompt_ids  # one growing sequence
     obs, *_, info = env.step(gens[1].text)
     assert isinstance(json.loads(obs["messages"][-1]["content"]), (dict, list))
+    # the same prompt four times is one request sampling four completions: the prompt is computed once
+    requests = []
+    generate = agent.llm.generate
+    agent.llm.generate = lambda prompts, params, **kw: requests.append(len(prompts)) or generate(prompts, params, **kw)
+    group = agent.generate([act_obs] * 4 + [rehearse_obs])
+    assert requests == [2] and len({tuple(g.completion_ids) for g in group[:4]}) > 1
+    assert all(g.prompt_ids == gens[0].prompt_ids and len(g.completion_ids) == len(g.logprobs) for g in group[:4])
     agent.close()
 
 

@@ -65,14 +65,25 @@ class VLLMAgent(TokenAgent):
         self.llm.llm_engine.engine_core.shutdown()
 
     def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
-        params = [self._vllm.SamplingParams(**self.sampling, stop=[stop] if stop else None) for stop in stops]
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        gens = []
-        for prompt_ids, out in zip(prompts, outputs):
-            o = out.outputs[0]
-            token_ids = list(o.token_ids)
-            logprobs = [step[t].logprob for step, t in zip(o.logprobs or [], token_ids)]
-            gens.append(Generation(o.text.strip(), prompt_ids, token_ids, logprobs))
+        """Rows with the same prompt and stop (a GRPO group's first turn, private rehearsal's attempts
+        at their branch point) go as one request sampling ``n`` completions: one prefill for all, where
+        separate requests would each recompute the prompt's last, partly filled KV block (greedy: one
+        completion, shared)."""
+        greedy = self.sampling["temperature"] == 0
+        rows: dict[tuple, list[int]] = {}
+        for i, (prompt, stop) in enumerate(zip(prompts, stops)):
+            rows.setdefault((tuple(prompt), stop), []).append(i)
+        params = [self._vllm.SamplingParams(**self.sampling, n=1 if greedy else len(same),
+                                            stop=[stop] if stop else None) for (_, stop), same in rows.items()]
+        outputs = self.llm.generate([{"prompt_token_ids": list(prompt)} for prompt, _ in rows], params,
+                                    use_tqdm=False)
+        gens: list[Generation] = [None] * len(prompts)
+        for same, out in zip(rows.values(), outputs):
+            for k, i in enumerate(same):
+                o = out.outputs[0 if greedy else k]
+                token_ids = list(o.token_ids)
+                logprobs = [step[t].logprob for step, t in zip(o.logprobs or [], token_ids)]
+                gens[i] = Generation(o.text.strip(), prompts[i], token_ids, logprobs)
         return gens
 
 

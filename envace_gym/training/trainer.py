@@ -40,6 +40,7 @@ class TrainConfig:
     tasks_per_step: int = 2
     steps: int = 10
     lr: float = 1e-5
+    warmup_steps: int = 0  # steps of linear learning-rate warmup from 0, before the linear decay
     epochs: int = 1
     minibatch: int = 4
     clip_eps: float = 0.2
@@ -70,7 +71,7 @@ class TrainConfig:
         for name in ("steps", "group_size", "tasks_per_step", "epochs", "minibatch", "eval_tasks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("eval_every", "save_every", "lora_rank", "minibatch_tokens", "rollout_workers"):
+        for name in ("warmup_steps", "eval_every", "save_every", "lora_rank", "minibatch_tokens", "rollout_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)!r}")
         if self.fsdp and self.lora_rank:
@@ -188,9 +189,11 @@ class Trainer:
             self.optimizer = self.accelerator.prepare(optimizer)
         else:
             self.train_model, self.optimizer = self.accelerator.prepare(self.model, optimizer)
-        # linear decay over training steps (not optimizer steps: prompted rows vary in number)
+        # over training steps (not optimizer steps: prompted rows vary in number)
+        warmup, steps = getattr(self.cfg, "warmup_steps", 0), self.cfg.steps  # SFTConfig has none
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda k: max(0.0, 1.0 - k / self.cfg.steps))
+            self.optimizer, lambda k: min((k + 1) / warmup, 1.0) * max(0.0, 1.0 - k / steps) if warmup
+            else max(0.0, 1.0 - k / steps))
 
     @property
     def rank(self) -> int:
