@@ -36,17 +36,19 @@ class Response:
         return self.error.content() if self.error else self.text
 
     @classmethod
-    def from_native(cls, native: Any) -> Response:
+    def from_native(cls, native: Any, decode_scalars: bool = False) -> Response:
         """A suite's own result as a JSON object or array: objects and arrays as they are, JSON
-        text parsed, the rest wrapped as ``{"result": ...}``."""
-        value = native if isinstance(native, (dict, list)) else None
+        text parsed, the rest wrapped as ``{"result": ...}``: the text of a JSON scalar as it is
+        (tau2's ``"4.0"``), or with ``decode_scalars`` its value (VitaBench's ``'"32.0"'``, its
+        encoding of the float 32.0, as ``{"result": "32.0"}``, the string its agent reads)."""
+        value = native
         if isinstance(native, str):
             try:
                 value = json.loads(native)
             except ValueError:
                 pass
         if not isinstance(value, (dict, list)):
-            value = {"result": native}
+            value = {"result": value if decode_scalars else native}
         return cls(text=json.dumps(value), native=native)
 
 

@@ -704,6 +704,23 @@ def test_a_tools_list_that_never_ends_is_refused():
         suite.close()
 
 
+SLOW_LIST = [sys.executable, str(Path(__file__).with_name("mcp_slow_list_server.py"))]
+
+
+def test_a_retry_after_a_tools_list_timeout_lists_on_a_fresh_session(tmp_path, monkeypatch):
+    suite = MCPSuite(as_tasks(["hi"]), [*SLOW_LIST, str(tmp_path / "hung")], name="slow-list", call_timeout=1.0)
+    runtime, opened = suite.runtime, []
+    open_session = runtime.open
+    monkeypatch.setattr(runtime, "open", lambda state=None: opened.append(open_session(state)) or opened[-1])
+    try:
+        with pytest.raises(ServerError, match="did not answer list_tools .* within 1.0 s"):
+            suite.tools(suite.tasks[0])
+        assert suite.tools(suite.tasks[0]).names == ["ping"]  # the stopped session is no spare
+        assert len(opened) == 2 and opened[1] is not opened[0] and opened[0].done.wait(10)
+    finally:
+        suite.close()
+
+
 def test_a_server_traceback_goes_to_its_log_not_the_terminal(tmp_path):
     done = subprocess.run([sys.executable, "-c", one_call_script("boom", "env.close()")], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "ENVACE_CACHE": str(tmp_path)})

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import os
 from datetime import datetime, timezone
 from functools import cache
@@ -35,16 +34,6 @@ JUDGE_VARIABLE = "VITABENCH_JUDGE"  # MODEL@BASE_URL of the default judge
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
-def _response(native: str) -> Response:
-    """VitaBench's result text as a JSON object or array: JSON text as it is (a scalar as
-    ``{"result": value}``), other text as ``{"result": text}``."""
-    try:
-        value = json.loads(native)
-    except ValueError:
-        value = native
-    return Response(text=json.dumps(value if isinstance(value, (dict, list)) else {"result": value}), native=native)
-
-
 class VitaWorld(World):
     """VitaBench's ``Environment`` for one task, its tools run with the world's own registries active."""
 
@@ -57,7 +46,7 @@ class VitaWorld(World):
                 result = self.env.make_tool_call(name, requestor=requestor, **arguments)
             except Exception as e:
                 return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, str(e)), native=f"Error: {e}")
-            return _response(Environment.to_json_str(result))
+            return Response.from_native(Environment.to_json_str(result), decode_scalars=True)
 
     def fork(self) -> VitaWorld:
         db, registries = copy.deepcopy((self.env.tools.db, self.registries))  # one copy: shared objects stay shared
