@@ -44,12 +44,13 @@ class PrefillMeter:
     """Wraps ``agent.llm.generate`` and adds up prompt and computed prefill tokens of every request."""
 
     def __init__(self, agent: VLLMAgent):
-        self.prompt = self.computed = 0
+        self.prompt = self.computed = self.requests = 0
         generate = agent.llm.generate
 
         def counted(prompts, params, **kwargs):
             outputs = generate(prompts, params, **kwargs)
             for out in outputs:
+                self.requests += 1
                 self.prompt += len(out.prompt_token_ids)
                 self.computed += len(out.prompt_token_ids) - (out.num_cached_tokens or 0)
             return outputs
@@ -71,17 +72,19 @@ def play(env, agent, task_id: str, seed: int) -> int:
 def measure(agent: VLLMAgent, meter: PrefillMeter, env, task_ids: list[str], runs: int, budget: int) -> dict:
     """Computed prefill per committed turn of the first run, summed over ``runs`` independent runs
     (each its own episode, cache reset before it), with private rehearsal of ``budget`` attempts."""
-    computed = prompt = turns = 0
+    computed = prompt = requests = turns = 0
     for i, task_id in enumerate(task_ids):
         for k in range(runs):
             agent.llm.reset_prefix_cache()
             player = PrivateRehearsal(agent, env, budget=budget) if budget else agent
-            before = (meter.computed, meter.prompt)
+            before = (meter.computed, meter.prompt, meter.requests)
             played = play(env, player, task_id, seed=1000 * k + i)
             computed += meter.computed - before[0]
             prompt += meter.prompt - before[1]
+            requests += meter.requests - before[2]
             turns += played if k == 0 else 0  # per committed turn of one run
     return {"computed_per_turn": computed / turns, "prompt_per_turn": prompt / turns, "committed_turns": turns,
+            "requests_per_turn": requests / turns, "computed_per_request": computed / requests if requests else None,
             "cached_share": 1 - computed / prompt if prompt else None}
 
 
@@ -126,11 +129,13 @@ def main() -> None:
     env_module.rehearsal_content = stored
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print(f"{args.tasks} office test tasks, block size {args.block_size}; prefill tokens computed per committed turn")
-    print(f"{'rehearsals stored':<12} {'row':<36} {'computed':>9} {'prompt':>9} {'cached':>7} {'x one run':>9}")
+    print(f"{'rehearsals stored':<12} {'row':<36} {'computed':>9} {'prompt':>9} {'cached':>7} {'x one run':>9} "
+          f"{'requests':>9} {'computed/request':>16}")
     for storage, rows in results.items():
         for name, row in rows.items():
             print(f"{storage:<12} {name:<36} {row['computed_per_turn']:>9.1f} {row['prompt_per_turn']:>9.1f} "
-                  f"{row['cached_share']:>7.1%} {row['x_one_run']:>9.2f}")
+                  f"{row['cached_share']:>7.1%} {row['x_one_run']:>9.2f} {row['requests_per_turn']:>9.2f} "
+                  f"{row['computed_per_request']:>16.1f}")
 
 
 if __name__ == "__main__":
