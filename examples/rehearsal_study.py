@@ -64,7 +64,7 @@ from envace_gym.training.evaluation import fidelity, play
 CONDITIONS = {"real": ("real", ["act"]), "envace": ("rehearsed", ["act", "rehearse"]),
               "act-only": ("rehearsed", ["act"])}
 PHASES = ("before", "warm", "plateau")
-METRICS = ("reward", "gold_share", "valid_calls", "parsed", "leaf_match", "exact")
+METRICS = ("reward", "sampled_reward", "gold_share", "valid_calls", "parsed", "leaf_match", "exact")
 
 
 class Study:
@@ -92,6 +92,10 @@ class Study:
         agent = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer,
                         max_new_tokens=self.args.new_tokens)
         out = play(env, agent, ids)
+        if self.args.sampled_eval:  # the sampling policy that GRPO trains, one episode per task
+            sampler = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer,
+                              max_new_tokens=self.args.new_tokens, temperature=self.args.temperature, seed=self.seed)
+            out["sampled_reward"] = play(env, sampler, ids)["reward"]
         if fidelity_tasks != 0:
             out.update(fidelity(env, agent, ids[:fidelity_tasks]))
         return out
@@ -141,6 +145,7 @@ class Study:
             model=f"hf:{warm}", env_id=args.env, out=str(self.out / name), dynamics=dynamics, roles=roles,
             reward=charging_rejected if args.charge_rejected else args.reward,
             scale_advantages=args.scale_advantages, group_size=args.group_size, tasks_per_step=args.tasks_per_step,
+            minibatch=args.minibatch,
             steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
             max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
             tensorboard=False, seed=self.seed))
@@ -169,6 +174,8 @@ class Study:
             self.record.update({k: done[k] for k in ("before", "sft_curve", "warm_step", "plateau_step", "warm",
                                                      "plateau", "warm_target") if k in done})
             warm = earlier / "warm"
+            if "warm" not in self.record:  # that SFT phase was stopped once its warm start was saved
+                self.record["warm"] = self.evaluate(_Loaded(warm), "test", None)
         else:
             warm, plateau = self.sft()
             self.record["warm"] = self.evaluate(_Loaded(warm), "test", None)
@@ -272,8 +279,9 @@ def summarize(runs: list[dict]) -> dict:
         row = {m: {**mean_se([p.get(m) for p in last]), "by_seed": [p.get(m) for p in last]} for m in METRICS}
         row["steps"] = [p["step"] for p in last]
         row["real_calls"] = [p["real_calls"] for p in last]
-        for m in ("reward", "gold_share", "leaf_match"):
-            gains = [p.get(m) - r["warm"][m] if p.get(m) is not None else None for p, r in zip(last, have)]
+        for m in ("reward", "sampled_reward", "gold_share", "leaf_match"):
+            gains = [p[m] - r["warm"][m] if p.get(m) is not None and r["warm"].get(m) is not None else None
+                     for p, r in zip(last, have)]
             row[f"{m}_gain"] = {**mean_se(gains), "by_seed": gains}
         table[name] = row
     return table
@@ -393,6 +401,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="GRPO steps per condition")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--tasks-per-step", type=int, default=2)
+    parser.add_argument("--minibatch", type=int, default=4, help="episodes per optimizer step")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--warmup-steps", type=int, default=0, help="GRPO steps of linear lr warmup")
     parser.add_argument("--clip-eps", type=float, default=0.2)
@@ -400,6 +409,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--fidelity-every", type=int, default=150)
+    parser.add_argument("--sampled-eval", action="store_true",
+                        help="also score the sampling policy (--temperature, one episode per task): sampled_reward")
     parser.add_argument("--eval-tasks", type=int, help="score on the first N tasks of a split (default: all)")
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--max-turns", type=int, default=5)
