@@ -43,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -86,7 +87,18 @@ class Study:
 
     def evaluate(self, policy, split: str, fidelity_tasks: int | None, tasks: int | None = None) -> dict:
         """Greedy play on the first ``tasks`` tasks of ``split`` (None: all), and rehearsal fidelity on
-        the first ``fidelity_tasks`` tasks' calls (None: all; 0: none)."""
+        the first ``fidelity_tasks`` tasks' calls (None: all; 0: none). The agents built here seed the
+        process's generators (transformers' ``set_seed``): training's are put back after, so an evaluation
+        never changes what training samples."""
+        states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        try:
+            return self._evaluate(policy, split, fidelity_tasks, tasks)
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.set_rng_state(states[2])
+
+    def _evaluate(self, policy, split: str, fidelity_tasks: int | None, tasks: int | None) -> dict:
         env = self.envs[split]
         ids = env.unwrapped.task_ids[:tasks or self.args.eval_tasks]
         agent = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer,
