@@ -10,10 +10,11 @@ from typing import Any
 import gymnasium as gym
 
 from envace_gym.endpoint import ModelServerError
-from envace_gym.errors import ErrorCode, ToolError, error_code_of
+from envace_gym.errors import ErrorCode, ToolError, error_code_of_text
 from envace_gym.fidelity import fidelity
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded
-from envace_gym.messages import ToolCall, assistant_message, escape_tags, parse_act, rehearsal_content, tool_message
+from envace_gym.messages import (MAX_DUMP_GROWTH, ToolCall, assistant_message, escape_tags, parse_act,
+                                 rehearsal_content, tool_message)
 from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
 from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
@@ -350,9 +351,12 @@ class EnvACEEnv(gym.Env):
     def _check(self, call: ToolCall) -> ToolError | None:
         """The error that rejects ``call`` (its schema, then the size of its arguments), or None."""
         error = self.tools.check(call)
-        if error is None and len(json.dumps(call.arguments)) > self.limits.argument_chars:
+        limit = self.limits.argument_chars
+        # arguments parsed from text this short cannot be longer as JSON than the limit: no dump needed
+        short = call.text_chars is not None and call.text_chars * MAX_DUMP_GROWTH <= limit
+        if error is None and not short and len(json.dumps(call.arguments)) > limit:
             error = ToolError(ErrorCode.LIMIT_EXCEEDED,
-                              f"the arguments of '{call.name}' exceed {self.limits.argument_chars} characters")
+                              f"the arguments of '{call.name}' exceed {limit} characters")
         return error
 
     def _execute(self, call: ToolCall) -> tuple[str, Response]:
@@ -416,7 +420,7 @@ class EnvACEEnv(gym.Env):
         self._pending.popleft()
         content = escape_tags(content)  # the same JSON value, with no tag or control token
         record = CallRecord(call.id, call.name, call.arguments, "assistant", source, content,
-                            error_code_of(json.loads(content)), position=len(self.episode.messages),
+                            error_code_of_text(content), position=len(self.episode.messages),
                             **extra)
         self.episode.calls.append(record)
         self.episode.messages.append(tool_message(call, content))

@@ -38,3 +38,11 @@ def error_code_of(value) -> str | None:
         code = value["error"].get("code")
         return code if isinstance(code, str) else "error"
     return None
+
+
+def error_code_of_text(text: str) -> str | None:
+    """:func:`error_code_of` the value of a JSON text, parsed only when it may hold the key ``error``
+    (written out, or behind a ``\\u`` escape)."""
+    if "error" not in text and "\\u" not in text:
+        return None
+    return error_code_of(json.loads(text))

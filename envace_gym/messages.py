@@ -7,19 +7,23 @@ failure becomes a :class:`~envace_gym.errors.ToolError` instead of an exception.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from envace_gym.errors import ErrorCode, ToolError
 
-TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+OPEN_CALL, CLOSE_CALL = "<tool_call>", "</tool_call>"
 LEADING_THINK_RE = re.compile(r"^\s*(?:<think>.*?(?:</think>|\Z)\s*)+", re.DOTALL)
 RESPONSE_TAG_RE = re.compile(
     r"^\s*<(tool_response|execution_result)>(.*?)</\1>\s*$", re.DOTALL
 )
 MAX_JSON_DEPTH = 64
 MAX_RESPONSE_CHARS = 256 * 1024
+# json.dumps writes a value parsed from N characters of JSON in at most 12 N: an astral character
+# becomes two \u escapes; other characters, numbers and separators grow less
+MAX_DUMP_GROWTH = 12
 
 
 @dataclass
@@ -30,6 +34,7 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     error: ToolError | None = None
+    text_chars: int | None = field(default=None, compare=False, repr=False)  # of the text it was parsed from
 
     def as_openai(self) -> dict:
         return {
@@ -57,10 +62,22 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not standard JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: a number that overflows to infinity
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
+# one decoder: json.loads with options builds one per call
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
 def loads_bounded(text: str) -> Any:
-    """Standard JSON only (no NaN or Infinity), nested at most ``MAX_JSON_DEPTH`` deep."""
+    """Standard JSON only (no NaN or Infinity, no number that overflows to either), nested at most
+    ``MAX_JSON_DEPTH`` deep."""
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     # no more brackets than levels allowed: no deeper either (a count in C, cheaper than the walk)
@@ -121,6 +138,22 @@ def _call_from_obj(obj: Any, call_id: str) -> ToolCall:
     return ToolCall(call_id, name, args)
 
 
+def tool_call_blocks(text: str) -> tuple[list[str], str]:
+    """The bodies of the ``<tool_call>`` blocks in ``text`` (an unclosed one runs to the end), and
+    the text around them. Found with ``str.find``: a regex scanning lazily for the closing tag is
+    several times slower."""
+    bodies, rest, pos = [], [], 0
+    while (start := text.find(OPEN_CALL, pos)) != -1:
+        rest.append(text[pos:start])
+        start += len(OPEN_CALL)
+        end = text.find(CLOSE_CALL, start)
+        end = len(text) if end == -1 else end
+        bodies.append(text[start:end])
+        pos = end + len(CLOSE_CALL)
+    rest.append(text[pos:])
+    return bodies, "".join(rest)
+
+
 def parse_act(action: Any, id_prefix: str = "call") -> tuple[str, list[ToolCall]]:
     """Split an act action (raw text, or an OpenAI-style assistant dict) into text and calls."""
     structured: list = []
@@ -145,17 +178,19 @@ def parse_act(action: Any, id_prefix: str = "call") -> tuple[str, list[ToolCall]
             calls.append(ToolCall(call_id, "", error=ToolError(ErrorCode.MALFORMED_CALL, f"the tool call is {e}")))
             continue
         calls.append(_call_from_obj(obj, call_id))
-    for m in TOOL_CALL_RE.finditer(text):
+    bodies, text = tool_call_blocks(text)
+    for body in bodies:
         call_id = f"{id_prefix}_{len(calls)}"
         try:
-            obj = loads_bounded(m.group(1).strip())
+            obj = loads_bounded(body.strip())
         except ValueError as e:
             calls.append(ToolCall(call_id, "", error=ToolError(
                 ErrorCode.MALFORMED_CALL, f"the <tool_call> block is not valid JSON: {e}")))
             continue
-        calls.append(_call_from_obj(obj, call_id))
-    text = TOOL_CALL_RE.sub("", text).strip()
-    return text, calls
+        call = _call_from_obj(obj, call_id)
+        call.text_chars = len(body)
+        calls.append(call)
+    return text.strip(), calls
 
 
 def parse_rehearsal(action: Any, max_chars: int = MAX_RESPONSE_CHARS) -> tuple[Any, ToolError | None]:

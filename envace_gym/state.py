@@ -15,8 +15,48 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
 _MISSING = object()
+_ATOMIC = frozenset({str, int, float, bool, type(None)})
+
+
+def deep_copy(value: Any, memo: dict | None = None) -> Any:
+    """``copy.deepcopy(value)``, about twice as fast on database items: plain lists and dicts and
+    pydantic models (those that keep pydantic's ``__deepcopy__``) are copied here, as pydantic and
+    ``copy`` would copy them (shared references stay shared), anything else by ``copy.deepcopy``."""
+    kind = type(value)
+    if kind in _ATOMIC:
+        return value
+    if memo is None:
+        memo = {}
+    copied = memo.get(id(value), _MISSING)
+    if copied is not _MISSING:
+        return copied
+    # containers are in the memo before their items are copied (a cycle finds its copy);
+    # atoms are tested inline, which saves a call per leaf
+    if kind is list:
+        out = memo[id(value)] = []
+        out.extend(v if type(v) in _ATOMIC else deep_copy(v, memo) for v in value)
+        return out
+    if kind is dict:
+        out = memo[id(value)] = {}
+        out.update({k if type(k) in _ATOMIC else deep_copy(k, memo): v if type(v) in _ATOMIC else deep_copy(v, memo)
+                    for k, v in value.items()})
+        return out
+    if getattr(kind, "__deepcopy__", None) is not BaseModel.__deepcopy__:
+        return copy.deepcopy(value, memo)
+    model = memo[id(value)] = kind.__new__(kind)
+    setattr_ = object.__setattr__
+    setattr_(model, "__dict__", {k: v if type(v) in _ATOMIC else deep_copy(v, memo)
+                                 for k, v in value.__dict__.items()})  # a model's own dict: not shared
+    setattr_(model, "__pydantic_extra__", deep_copy(value.__pydantic_extra__, memo))
+    setattr_(model, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+    private = getattr(value, "__pydantic_private__", None)
+    # pydantic's own copy of the private attributes (a temporary dict, which ``copy`` keeps alive)
+    setattr_(model, "__pydantic_private__", None if private is None else copy.deepcopy(
+        {k: v for k, v in private.items() if v is not PydanticUndefined}, memo))
+    return model
 
 
 class CowMapping(MutableMapping):
@@ -41,7 +81,7 @@ class CowMapping(MutableMapping):
             return item
         if key in self.deleted or key not in self.base:
             raise KeyError(key)
-        item = self.local[key] = copy.deepcopy(self.base[key])
+        item = self.local[key] = deep_copy(self.base[key])
         return item
 
     def peek(self, key, default=None):
@@ -78,16 +118,23 @@ class CowMapping(MutableMapping):
         return len(self.base) - len(self.deleted) + sum(1 for k in self.local if k not in self.base)
 
     def values(self):
-        return (self.peek(k) for k in self)
+        return (item for _, item in self.items())
 
     def items(self):
-        return ((k, self.peek(k)) for k in self)
+        """Pairs in :meth:`__iter__`'s order, the overlay's item where there is one."""
+        local, deleted = self.local, self.deleted
+        for key, item in self.base.items():
+            if key not in deleted:
+                yield key, local.get(key, item)
+        for key, item in local.items():
+            if key not in self.base:
+                yield key, item
 
     def touched(self) -> set:
         return set(self.local) | self.deleted
 
     def fork(self) -> CowMapping:
-        return CowMapping(self.base, copy.deepcopy(self.local), set(self.deleted))
+        return CowMapping(self.base, deep_copy(self.local), set(self.deleted))
 
 
 def dump(value: Any) -> str:
@@ -102,7 +149,7 @@ def cow_model(template: BaseModel) -> BaseModel:
     fields = {}
     for name in type(template).model_fields:
         value = getattr(template, name)
-        fields[name] = CowMapping(value) if isinstance(value, dict) else copy.deepcopy(value)
+        fields[name] = CowMapping(value) if isinstance(value, dict) else deep_copy(value)
     return type(template).model_construct(**fields)
 
 
@@ -111,16 +158,24 @@ def fork_model(model: BaseModel) -> BaseModel:
     fields = {}
     for name in type(model).model_fields:
         value = getattr(model, name)
-        fields[name] = value.fork() if isinstance(value, CowMapping) else copy.deepcopy(value)
+        fields[name] = value.fork() if isinstance(value, CowMapping) else deep_copy(value)
     return type(model).model_construct(**fields)
 
 
-def model_diff(a: BaseModel, b: BaseModel) -> list[str]:
+def model_diff(a: BaseModel, b: BaseModel, b_dumps: dict | None = None) -> list[str]:
     """Paths (``field`` or ``field[key]``) where two models of one type differ.
 
     Copy-on-write fields are compared only on the keys either side touched, so the
-    cost follows what the episodes changed, not the size of the database.
+    cost follows what the episodes changed, not the size of the database. ``b_dumps``
+    keeps the dumps of ``b``'s items between calls, for a ``b`` that never changes.
     """
+    def dump_b(path: tuple, value: Any) -> str:
+        if b_dumps is None:
+            return dump(value)
+        if path not in b_dumps:
+            b_dumps[path] = dump(value)
+        return b_dumps[path]
+
     diffs = []
     for name in type(a).model_fields:
         va, vb = getattr(a, name), getattr(b, name)
@@ -128,9 +183,9 @@ def model_diff(a: BaseModel, b: BaseModel) -> list[str]:
             for key in sorted(va.touched() | vb.touched(), key=str):
                 ia, ib = va.peek(key, _MISSING), vb.peek(key, _MISSING)
                 if (ia is _MISSING) != (ib is _MISSING) or (
-                        ia is not _MISSING and dump(ia) != dump(ib)):
+                        ia is not _MISSING and dump(ia) != dump_b((name, key), ib)):
                     diffs.append(f"{name}[{key}]")
-        elif dump(_plain(va)) != dump(_plain(vb)):
+        elif dump(_plain(va)) != dump_b((name,), _plain(vb)):
             diffs.append(name)
     return diffs
 

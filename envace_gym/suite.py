@@ -12,7 +12,7 @@ from typing import Any
 
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
-from envace_gym.messages import format_tool_call, loads_bounded
+from envace_gym.messages import MAX_JSON_DEPTH, format_tool_call, loads_bounded
 from envace_gym.tools import ToolSet
 
 DEFAULT_SYSTEM_PROMPT = ("You are a helpful assistant with tools. Call a tool when it helps; when the "
@@ -392,6 +392,17 @@ def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limi
     return response
 
 
+class DumpedJSON(str):
+    """Text that ``json.dumps`` wrote for a dict or list, as a world's own code marks it: JSON of an
+    object or array by construction, so :func:`checked` parses it only when it may hold NaN or
+    Infinity (``json.dumps`` writes both) or have enough brackets to nest too deep."""
+
+
+def _plainly_standard(text: str) -> bool:
+    return ("NaN" not in text and "Infinity" not in text
+            and text.count("{") + text.count("[") <= MAX_JSON_DEPTH)
+
+
 def checked(name: str, response: Response, limits: Limits, who: str = "the world's") -> Response:
     """``response`` if its text is standard JSON (an object or array) within ``limits.response_chars``,
     else the ``limit_exceeded`` or ``execution_error`` that replaces it (real and replayed alike)."""
@@ -400,6 +411,8 @@ def checked(name: str, response: Response, limits: Limits, who: str = "the world
         return error(ErrorCode.EXECUTION_ERROR, f"{name}: {who} response is not text")
     if len(response.text) > limits.response_chars:
         return error(ErrorCode.LIMIT_EXCEEDED, f"{name}: the response exceeds {limits.response_chars} characters")
+    if type(response.text) is DumpedJSON and _plainly_standard(response.text):
+        return response
     try:
         value = loads_bounded(response.text)
     except ValueError as e:

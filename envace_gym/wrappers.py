@@ -47,9 +47,11 @@ class ScoreTruncated(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
+        if not truncated or terminated:
+            return obs, reward, terminated, truncated, info
         inner = self.env.unwrapped
         episode = getattr(inner, "episode", None)
-        if truncated and not terminated and episode is not None and episode.ended_by is None:
+        if episode is not None and episode.ended_by is None:
             reward, final = inner.finish("time_limit")
             info = {**info, **{k: v for k, v in final.items() if k != "tool_calls"}}
             obs = inner.observation()

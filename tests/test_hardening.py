@@ -15,7 +15,7 @@ from envace_gym.envs.tau2.suite import Tau2World
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
 from envace_gym.runner import run_episode
-from envace_gym.suite import Response
+from envace_gym.suite import DumpedJSON, Response
 
 
 def call(name, **arguments):
@@ -41,7 +41,8 @@ def test_an_unprintable_result_is_an_execution_error_and_the_env_stays_consisten
 
 
 @pytest.mark.parametrize("bad", [RuntimeError("backend bug"), "not a response", Response(text="not json"),
-                                 Response(text="42")])
+                                 Response(text="42"), Response(text=DumpedJSON('{"a": NaN}')),
+                                 Response(text=DumpedJSON("[" * 100 + "]" * 100))])
 def test_a_user_written_world_that_raises_or_answers_garbage_gives_a_structured_error(monkeypatch, bad):
     def execute(self, name, arguments, requestor="assistant"):
         if isinstance(bad, Exception):
@@ -293,6 +294,19 @@ def test_extra_argument_keys_are_invalid_where_tools_are_python_functions():
     env = math_env()
     obs, *_, info = env.step(call("add", a=1, b=2, c=3))
     assert info["tool_calls"][0]["error"] == "invalid_arguments"
+
+
+def test_arguments_over_the_size_limit_are_refused_however_the_call_is_written():
+    env = gym.make("EnvACE/tau2-retail-v0", limits=Limits(argument_chars=100))
+    env.reset(options={"task_id": "5"})
+    emoji = "\U0001F600" * 8  # 8 characters in the action, 96 in the arguments as JSON
+    structured = {"content": "", "tool_calls": [{"function": {"name": "get_order_details",
+                                                             "arguments": {"order_id": emoji}}}]}
+    for action in (call("get_order_details", order_id=emoji), structured):
+        *_, info = env.step(action)
+        assert info["tool_calls"][0]["error"] == "limit_exceeded"
+    *_, info = env.step(call("get_order_details", order_id="#W2378156"))
+    assert info["tool_calls"][0]["error"] is None
 
 
 @pytest.mark.parametrize("response,code", [('{"a": NaN}', "execution_error"), ('{"a": Infinity}', "execution_error"),

@@ -106,3 +106,31 @@ def test_fast_validator_agrees_with_jsonschema_on_every_suite_tool():
                 assert slow == fast, (name, candidate)
                 checked += 1
     assert checked > 5000
+
+
+def test_deep_copy_equals_copy_deepcopy_on_every_tau2_database():
+    from pydantic import BaseModel, PrivateAttr
+
+    from envace_gym.state import deep_copy
+
+    for domain in DOMAINS:
+        db = get_suite(domain)._template.tools.db
+        for name in type(db).model_fields:
+            value = getattr(db, name)
+            for item in list(value.values())[:50] if isinstance(value, dict) else [value]:
+                mine, theirs = deep_copy(item), copy.deepcopy(item)
+                assert dump(mine) == dump(theirs) and type(mine) is type(theirs)
+                if isinstance(item, BaseModel):
+                    assert mine.model_fields_set == item.model_fields_set and mine is not item
+
+    class Model(BaseModel):
+        items: list
+        _note: dict = PrivateAttr(default_factory=dict)
+
+    shared = [1]
+    model = Model(items=[shared, shared, {"k": (2, [3])}])
+    model._note["n"] = [4]
+    clone = deep_copy({"a": model, "b": model})
+    assert clone["a"] is clone["b"] and clone["a"].items[0] is clone["a"].items[1] is not shared
+    assert clone["a"]._note == {"n": [4]} and clone["a"]._note["n"] is not model._note["n"]
+    assert clone["a"].items[2] == {"k": (2, [3])} and clone["a"].items[2]["k"][1] is not model.items[2]["k"][1]

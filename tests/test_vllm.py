@@ -55,6 +55,9 @@ def test_offline_engine_serves_both_roles_with_logprobs(tiny):
     group = agent.generate([act_obs] * 4 + [rehearse_obs])
     assert requests == [2] and len({tuple(g.completion_ids) for g in group[:4]}) > 1
     assert all(g.prompt_ids == gens[0].prompt_ids and len(g.completion_ids) == len(g.logprobs) for g in group[:4])
+    # markup that the tokenizer holds as special tokens (the tiny one's <tool_call>) stays in the text
+    agent.sampling["allowed_token_ids"] = [agent.tokenizer.convert_tokens_to_ids("<tool_call>")]
+    assert agent.generate([act_obs])[0].text.startswith("<tool_call>")
     agent.close()
 
 

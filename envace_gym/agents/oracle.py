@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from functools import lru_cache
+from typing import Any
 
 import gymnasium as gym
 
@@ -11,6 +13,17 @@ from envace_gym.agents.base import Agent
 from envace_gym.env import EnvACEEnv
 from envace_gym.messages import parse_act
 from envace_gym.suite import recording_key
+
+
+def _step_needs(step: Any) -> tuple[bool, Counter]:
+    """What doing a plan step takes: whether it calls tools, and its calls (by recording key) or message."""
+    text, calls = parse_act(step)
+    if calls:
+        return True, Counter(recording_key(c.name, c.arguments) for c in calls)
+    return False, Counter({text.strip(): 1})
+
+
+_text_step_needs = lru_cache(maxsize=4096)(_step_needs)  # a text step is parsed once, not at every act
 
 
 class OracleAgent(Agent):
@@ -70,8 +83,7 @@ class OracleAgent(Agent):
         said = Counter((m.get("content") or "").strip() for m in episode.messages[self._opening:]
                        if m["role"] == "assistant")
         for i, step in enumerate(self._plan):
-            text, calls = parse_act(step)
-            done = Counter(recording_key(c.name, c.arguments) for c in calls) if calls else Counter({text.strip(): 1})
+            calls, done = (_text_step_needs if isinstance(step, str) else _step_needs)(step)
             pool = made if calls else said
             if any(pool[key] < n for key, n in done.items()):
                 return i

@@ -26,7 +26,8 @@ from envace_gym.envs.bfcl import source
 from envace_gym.envs.bfcl.schemas import openai_schema
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.messages import format_tool_call
-from envace_gym.suite import CallRecord, Episode, Response, Suite, Task, User, UserReply, World
+from envace_gym.state import deep_copy
+from envace_gym.suite import CallRecord, DumpedJSON, Episode, Response, Suite, Task, User, UserReply, World
 from envace_gym.tools import ToolSet
 
 from bfcl_eval.constants.default_prompts import (  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
@@ -84,18 +85,23 @@ class BFCLWorld(World):
             error = ToolError(ErrorCode.UNKNOWN_TOOL, f"no backend function named '{name[:100]}'")
             return Response(error=error, native=f"Error during execution: {error.message}")
         # backends keep and mutate the lists and dicts they are given: never hand them the caller's
-        arguments = {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in arguments.items()}
+        arguments = {k: deep_copy(v) if isinstance(v, (list, dict)) else v for k, v in arguments.items()}
         try:
-            # the math backend sets mpmath's and decimal's process-wide precision: scope both
-            with decimal.localcontext(), mpmath.workprec(mpmath.mp.prec):
-                result = getattr(self.instances[owner], name)(**arguments)
+            method = getattr(self.instances[owner], name)
+            if source.is_stateless(owner):
+                # the math backend (the only one that does) sets mpmath's and decimal's
+                # process-wide precision: scope both
+                with decimal.localcontext(), mpmath.workprec(mpmath.mp.prec):
+                    result = method(**arguments)
+            else:
+                result = method(**arguments)
         except Exception as e:  # a backend bug or an argument its code cannot take
             return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, f"{name}: {e}"),
                             native=f"Error during execution: {e}")
         if type(result) is dict:  # most results: their JSON text is both response and native text
             try:
                 text = json.dumps(result)
-                return Response(text=text, native=text)
+                return Response(text=DumpedJSON(text), native=text)
             except (TypeError, ValueError):
                 pass
         return Response.from_native(native_text(result))

@@ -28,7 +28,7 @@ from envace_gym.envs.tau2.users import GREETING, LLMUser, ScriptedUser, scenario
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.messages import format_tool_call
 from envace_gym.state import cow_model, fork_model, model_diff
-from envace_gym.suite import Episode, Response, Suite, Task, User, World
+from envace_gym.suite import DumpedJSON, Episode, Response, Suite, Task, User, World
 from envace_gym.tools import ToolSet
 
 DOMAINS = ("retail", "airline", "telecom", "mock")
@@ -66,6 +66,9 @@ class Tau2World(World):
             native = Environment.to_json_str(result)
         except Exception as e:  # tau2 tools signal failures with exceptions
             return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, str(e)), native=f"Error: {e}")
+        if not isinstance(result, str) and native.startswith(("{", "[")):
+            # json.dumps's text of an object or array: from_native would parse and dump it to this text
+            return Response(text=DumpedJSON(native), native=native)
         return Response.from_native(native)
 
     def fork(self) -> Tau2World:
@@ -93,6 +96,7 @@ class Tau2Suite(Suite):
         self._tasks: dict[str, Task] = {}
         self._initial: dict[str, Tau2World] = {}
         self._gold: dict[str, Tau2World] = {}
+        self._gold_dumps: dict[str, tuple[dict, dict]] = {}  # task id -> dumps of its gold world's items
         # tau2's tools are Python functions: their keyword parameters are closed
         self._toolset = ToolSet([self._schema(t) for t in self._template.get_tools()], closed=True)
         self.user_toolset = (ToolSet([self._schema(t) for t in self._template.get_user_tools()], closed=True)
@@ -181,7 +185,7 @@ class Tau2Suite(Suite):
         return world
 
     def gold_world(self, task: Task) -> Tau2World:
-        """The task's initial world after its gold actions, computed once (tau2's rules)."""
+        """The task's initial world after its gold actions, computed once (tau2's rules); read, never changed."""
         if task.id not in self._gold:
             world = self.new_world(task)
             for action in self.gold_actions(task):
@@ -265,9 +269,10 @@ class Tau2Suite(Suite):
             info.update(db=1.0, db_diff=[])
             return 1.0, 1.0
         gold = self.gold_world(task).env
-        diff = model_diff(world.env.tools.db, gold.tools.db)
+        dumps = self._gold_dumps.setdefault(task.id, ({}, {}))  # the gold world never changes
+        diff = model_diff(world.env.tools.db, gold.tools.db, dumps[0])
         if gold.user_tools is not None:
-            diff += [f"user.{d}" for d in model_diff(world.env.user_tools.db, gold.user_tools.db)]
+            diff += [f"user.{d}" for d in model_diff(world.env.user_tools.db, gold.user_tools.db, dumps[1])]
         db_reward = 0.0 if diff else 1.0
         checks = []
         # assertions may sync tools: they run on a fork, so the episode's world stays as it was
