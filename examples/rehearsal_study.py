@@ -155,7 +155,7 @@ class Study:
         dynamics, roles = CONDITIONS[name]
         trainer = Trainer(TrainConfig(
             model=f"hf:{warm}", env_id=args.env, out=str(self.out / name), dynamics=dynamics, roles=roles,
-            reward=charging_rejected if args.charge_rejected else args.reward,
+            reward=charging_rejected if args.charge_rejected else with_success_bonus if args.success_bonus else args.reward,
             scale_advantages=args.scale_advantages, group_size=args.group_size, tasks_per_step=args.tasks_per_step,
             minibatch=args.minibatch,
             steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
@@ -211,6 +211,15 @@ def charging_rejected(episode) -> tuple[float, dict]:
     said = parts["communicate_share"]
     value = share if said is None else (share + said) / 2
     return value, {**parts, "strict_share": share, "rejected_calls": rejected, "strict_progress": value}
+
+
+def with_success_bonus(episode) -> tuple[float, dict]:
+    """``strict_progress`` averaged with its all-or-nothing form (1 only when every gold call is made,
+    nothing extra is executed and every item is said, as tau2's reward asks), so that a whole success
+    is worth twice the partial credit that comes closest to it."""
+    value, parts = strict_progress_reward(episode)
+    bonus = float(value == 1.0)
+    return (value + bonus) / 2, {**parts, "success": bonus}
 
 
 class _Loaded:
@@ -407,6 +416,8 @@ def main() -> None:
     parser.add_argument("--reward", default="progress", help="a reward name: progress, strict_progress (extra calls count against the share), ...")
     parser.add_argument("--charge-rejected", action="store_true",
                         help="strict_progress, with a call the env rejected also counted as an extra call")
+    parser.add_argument("--success-bonus", action="store_true",
+                        help="strict_progress averaged with 1 if it is 1 (a whole success), else 0")
     parser.add_argument("--scale-advantages", action="store_true", help="divide advantages by the group's std")
     parser.add_argument("--warm-from", type=Path, help="an earlier study's folder: reuse its SFT phase per seed")
     parser.add_argument("--keep-models", action="store_true", help="save each condition's final model")
