@@ -73,6 +73,12 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
+def brackets_within_depth(text: str) -> bool:
+    """Whether ``text`` opens no more brackets than ``MAX_JSON_DEPTH`` levels, so it cannot nest
+    deeper (a count in C, cheaper than walking the parsed value)."""
+    return text.count("{") + text.count("[") <= MAX_JSON_DEPTH
+
+
 def loads_bounded(text: str) -> Any:
     """Standard JSON only (no NaN or Infinity, no number that overflows to either), nested at most
     ``MAX_JSON_DEPTH`` deep."""
@@ -80,8 +86,7 @@ def loads_bounded(text: str) -> Any:
         value = _DECODER.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    # no more brackets than levels allowed: no deeper either (a count in C, cheaper than the walk)
-    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and json_depth(value) > MAX_JSON_DEPTH:
+    if not brackets_within_depth(text) and json_depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 

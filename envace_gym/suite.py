@@ -12,7 +12,7 @@ from typing import Any
 
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
-from envace_gym.messages import MAX_JSON_DEPTH, format_tool_call, loads_bounded
+from envace_gym.messages import brackets_within_depth, format_tool_call, loads_bounded
 from envace_gym.tools import ToolSet
 
 DEFAULT_SYSTEM_PROMPT = ("You are a helpful assistant with tools. Call a tool when it helps; when the "
@@ -399,8 +399,7 @@ class DumpedJSON(str):
 
 
 def _plainly_standard(text: str) -> bool:
-    return ("NaN" not in text and "Infinity" not in text
-            and text.count("{") + text.count("[") <= MAX_JSON_DEPTH)
+    return "NaN" not in text and "Infinity" not in text and brackets_within_depth(text)
 
 
 def checked(name: str, response: Response, limits: Limits, who: str = "the world's") -> Response:
