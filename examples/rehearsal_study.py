@@ -7,7 +7,7 @@ each seed:
    episodes, scored every ``--sft-eval-every`` steps on the ``validation`` split (never on
    test): tau2's reward, gold share, valid calls, and rehearsal fidelity. The **warm start**
    is the first scored budget whose validation reward reaches ``--warm-target`` (room for RL
-   to move); **SFT to plateau** is the best-scoring budget, after ``--patience`` scores
+   to move), or the fixed budget ``--warm-step``; **SFT to plateau** is the best-scoring budget, after ``--patience`` scores
    without a gain or at ``--sft-steps``.
 2. **GRPO** from the warm start, ``--steps`` steps of ``--tasks-per-step`` x ``--group-size``
    episodes, under three conditions:
@@ -78,7 +78,7 @@ class Study:
         self.init = tiny_model(self.out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed,
                                env_id=args.env)
         self.envs = {split: gym.make(args.env, split=split, dynamics="real", max_turns=args.max_turns)
-                     for split in ("validation", "test")}
+                     for split in (args.val_split, "test")}
         self.record: dict = {"seed": seed}
         self.trainers: dict = {}
 
@@ -126,9 +126,10 @@ class Study:
             sft.train_step()
             if sft.step % args.sft_eval_every and sft.step < args.sft_steps:
                 continue
-            curve.append({"step": sft.step, **self.evaluate(sft, "validation", args.val_fidelity)})
+            curve.append({"step": sft.step, **self.evaluate(sft, args.val_split, args.val_fidelity)})
             print(f"seed {self.seed} sft {curve[-1]}", flush=True)
-            if warm is None and curve[-1]["reward"] >= args.warm_target:
+            reached = curve[-1]["reward"] >= args.warm_target if args.warm_step is None else sft.step >= args.warm_step
+            if warm is None and reached:
                 warm = self._keep(sft, "warm")
                 self.record["warm_step"] = sft.step
             if best is None or curve[-1]["reward"] > best["reward"]:
@@ -233,10 +234,12 @@ class _Loaded:
 def failure_modes(env_id: str, model: Path, split: str, args) -> dict:
     """Why the greedy policy of ``model`` fails the tasks of ``split`` it fails, one cause per
     episode, checked in this order: cut by the turn limit, a gold call missing, every gold call
-    made but the database differs (a wrong or extra write), every call right but an item unsaid."""
+    made but the database differs (a wrong or extra write), every call right but an item unsaid; and, over the episodes missing a gold call, the arguments
+    that went wrong (:func:`missed_arguments`)."""
     env = gym.make(env_id, split=split, dynamics="real", max_turns=args.max_turns)
     agent = HFAgent(model, max_new_tokens=args.new_tokens)
     causes = dict.fromkeys(("solved", "turn_limit", "missing_call", "wrong_write", "unsaid_item", "other"), 0)
+    details: dict[str, int] = {}
     for i, task_id in enumerate(env.unwrapped.task_ids):
         obs, _ = env.reset(seed=i, options={"task_id": task_id})
         done = False
@@ -249,7 +252,28 @@ def failure_modes(env_id: str, model: Path, split: str, args) -> dict:
                  else "wrong_write" if parts.get("db") == 0.0 else "unsaid_item" if parts.get("communicate") == 0.0
                  else "other")
         causes[cause] += 1
-    return causes
+        if cause == "missing_call":
+            for miss in missed_arguments(env.unwrapped.episode):
+                details[miss] = details.get(miss, 0) + 1
+    return {**causes, "missing_call_detail": dict(sorted(details.items(), key=lambda kv: -kv[1]))}
+
+
+def missed_arguments(episode) -> list[str]:
+    """For each gold assistant call the episode did not make: ``"no NAME call"`` when no call of
+    that tool ran, else the gold argument keys that the nearest call of that tool got wrong or
+    left out (``"NAME.KEY"``)."""
+    made = [(c.name, c.arguments or {}) for c in episode.calls if c.requestor == "assistant" and c.ran]
+    out = []
+    for gold in episode.suite.gold_calls(episode.task):
+        if gold["requestor"] != "assistant":
+            continue
+        args = gold["arguments"] or {}
+        same = [a for name, a in made if name == gold["name"]]
+        wrong = min(([k for k in args if a.get(k) != args[k]] for a in same), key=len, default=None)
+        if wrong is None:
+            out.append(f"no {gold['name']} call")
+        out.extend(f"{gold['name']}.{k}" for k in wrong or [])
+    return out
 
 
 def exploration(env_id: str, model: Path, split: str, args, tasks: int = 60) -> dict:
@@ -410,7 +434,11 @@ def main() -> None:
     parser.add_argument("--sft-eval-every", type=int, default=250)
     parser.add_argument("--val-fidelity", type=int, default=50, help="validation tasks whose calls are rehearsed")
     parser.add_argument("--before-tasks", type=int, default=20, help="test tasks the untrained model plays")
+    parser.add_argument("--val-split", default="validation",
+                        help="the split the SFT curve is scored on (mock-gen has none: give test with --warm-step, so it selects nothing)")
     parser.add_argument("--warm-target", type=float, default=0.3)
+    parser.add_argument("--warm-step", type=int,
+                        help="a fixed SFT budget for the warm start (a multiple of --sft-eval-every) instead of --warm-target")
     parser.add_argument("--patience", type=int, default=3, help="SFT scores without a gain before the plateau")
     parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
     parser.add_argument("--reward", default="progress", help="a reward name: progress, strict_progress (extra calls count against the share), ...")

@@ -1,5 +1,8 @@
 """EnvACE/tau2-mock-office-v0: one shared database (a learnable world), and the ``progress`` reward."""
 
+import importlib.util
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 from helpers import play
@@ -130,3 +133,37 @@ def test_strict_progress_is_progress_without_extra_calls_and_counts_each_extra_c
         gold = len(parts["action_checks"])
         assert parts["extra_calls"] == 1 and parts["strict_share"] == gold / (gold + 1)
         assert parts["actions_share"] == 1.0 and reward < parts["progress"]  # progress alone misses the extra write
+
+
+def load_study():
+    spec = importlib.util.spec_from_file_location("rehearsal_study", Path(__file__).parents[1] / "examples" / "rehearsal_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class MistitledOracle:
+    """The oracle, with every created task's title changed."""
+
+    def __init__(self, env):
+        self.oracle = agents.load("oracle", env=env)
+
+    def act(self, obs):
+        return self.oracle.act(obs).replace('"title": "', '"title": "Not ')
+
+
+def test_the_study_names_the_arguments_a_failed_episode_got_wrong():
+    missed_arguments = load_study().missed_arguments
+    env = gym.make(ENV_ID, split="test", dynamics="real")
+    suite = env.unwrapped.suite
+    creating = [t for t in env.unwrapped.task_ids
+                if [c["name"] for c in suite.gold_calls(suite.task(t))] == ["create_task"]][:5]
+    assert creating
+    for task_id in creating:
+        play(env, agents.load("oracle", env=env), task_id)
+        assert missed_arguments(env.unwrapped.episode) == []
+        play(env, MistitledOracle(env), task_id)
+        assert missed_arguments(env.unwrapped.episode) == ["create_task.title"]
+        env.reset(seed=0, options={"task_id": task_id})
+        env.step("Done. ###STOP###")
+        assert missed_arguments(env.unwrapped.episode) == ["no create_task call"]
