@@ -35,6 +35,7 @@ calls; ``sft_curve.png``).
     python examples/rehearsal_study.py --summarize --out runs/rehearsal_study   # redraw from the seed files
     python examples/rehearsal_study.py --diagnose runs/rehearsal_study/seed0/warm --out runs/rehearsal_study
     python examples/rehearsal_study.py --explore runs/rehearsal_study/seed0/warm --out runs/rehearsal_study
+    python examples/rehearsal_study.py --gradients runs/rehearsal_study/seed0/warm --reward strict_progress --out runs/rehearsal_study
 """
 
 from __future__ import annotations
@@ -55,11 +56,14 @@ import numpy as np
 import torch
 
 import envace_gym  # noqa: F401
+from envace_gym import agents
 from envace_gym.agents.hf import HFAgent
 from envace_gym.rewards import actions_share_reward, strict_progress_reward
 from envace_gym.runner import run_episodes
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
+from envace_gym.training.rollout import collect
+from envace_gym.training.sft import episode_tokens, role_nll
 from envace_gym.training.evaluation import fidelity, play
 
 CONDITIONS = {"real": ("real", ["act"]), "envace": ("rehearsed", ["act", "rehearse"]),
@@ -297,6 +301,47 @@ def exploration(env_id: str, model: Path, split: str, args, tasks: int = 60) -> 
             "groups_all_equal": sum(len(set(sampled[t])) == 1 for t in ids)}
 
 
+def gradient_agreement(env_id: str, model: Path, args, tasks: int = 8, batches: int = 4) -> dict:
+    """Where one GRPO step's gradient points, against SFT's: on ``batches`` disjoint sets of ``tasks``
+    train tasks, the act role's SFT gradient of ``model`` (the oracle's episodes) and two GRPO gradients
+    (``--group-size`` sampled episodes per task, ``--reward``, two sampling seeds). Cosines: GRPO
+    against SFT on the same tasks, two GRPO samples of the same tasks, and each method across task
+    sets (how much of a batch's direction is shared by other batches rather than its own noise)."""
+    trainer = Trainer(TrainConfig(
+        model=f"hf:{model}", env_id=env_id, out=str(args.out / "gradients"), dynamics="real", roles=["act"],
+        reward=args.reward, group_size=args.group_size, tasks_per_step=tasks, minibatch=tasks * args.group_size,
+        steps=1, lr=1e-30, temperature=args.temperature, max_new_tokens=args.new_tokens, max_turns=args.max_turns,
+        eval_every=0, save_every=0, tensorboard=False, seed=0))  # lr ~0: update() leaves the weights as they are
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    env = gym.make(env_id, split="train", dynamics="real", max_turns=args.max_turns)
+    ids = env.unwrapped.task_ids[:tasks * batches]
+    sets = [ids[k * tasks:(k + 1) * tasks] for k in range(batches)]
+
+    def grpo(task_set: list[str], seed: int) -> torch.Tensor:
+        trainer.update(collect(trainer.agent, trainer.envs, task_set, args.group_size, seed=seed))
+        return torch.cat([p.grad.flatten() for p in params]).clone()
+
+    def sft(task_set: list[str]) -> torch.Tensor:
+        records = run_episodes(env, agents.load("oracle", env=env), task_set)
+        nll, count = role_nll(trainer.model, [episode_tokens(trainer.tokenizer, r) for r in records],
+                              trainer.tokenizer.pad_token_id)["act"]
+        trainer.model.zero_grad()
+        (nll / count).backward()
+        return torch.cat([p.grad.flatten() for p in params]).clone()
+
+    def cos(a: torch.Tensor, b: torch.Tensor) -> float:
+        return torch.nn.functional.cosine_similarity(a, b, dim=0).item()
+
+    g_sft = [sft(t) for t in sets]
+    g_rl = [(grpo(t, 2 * k), grpo(t, 2 * k + 1)) for k, t in enumerate(sets)]
+    pairs = [(i, j) for i in range(batches) for j in range(i + 1, batches)]
+    return {"model": str(model), "tasks_per_set": tasks, "episodes_per_grpo_gradient": tasks * args.group_size,
+            "grpo_vs_sft_same_tasks": statistics.fmean(cos(a, g) for (a, _), g in zip(g_rl, g_sft)),
+            "grpo_vs_grpo_same_tasks": statistics.fmean(cos(a, b) for a, b in g_rl),
+            "grpo_across_task_sets": statistics.fmean(cos(g_rl[i][0], g_rl[j][0]) for i, j in pairs),
+            "sft_across_task_sets": statistics.fmean(cos(g_sft[i], g_sft[j]) for i, j in pairs)}
+
+
 def mean_se(values: list[float]) -> dict:
     values = [v for v in values if v is not None]
     if not values:
@@ -425,6 +470,8 @@ def main() -> None:
     parser.add_argument("--diagnose", type=Path, nargs="+", help="saved models: count why each fails the test tasks")
     parser.add_argument("--explore", type=Path, nargs="+",
                         help="saved models: how often sampling solves train tasks that greedy decoding fails")
+    parser.add_argument("--gradients", type=Path, nargs="+",
+                        help="saved models: cosines between GRPO and SFT gradients, and across batches")
     parser.add_argument("--hidden", type=int, default=256, help="tiny model width")
     parser.add_argument("--layers", type=int, default=4, help="tiny model depth")
     parser.add_argument("--sft-episodes", type=int, default=3000)
@@ -474,6 +521,12 @@ def main() -> None:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
         found = {str(path): exploration(args.env, path, "train", args) for path in args.explore}
         (args.out / "exploration.json").write_text(json.dumps(found, indent=1))
+        print(json.dumps(found, indent=1))
+        return
+    if args.gradients:
+        torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
+        found = [gradient_agreement(args.env, path, args) for path in args.gradients]
+        (args.out / "gradients.json").write_text(json.dumps(found, indent=1))
         print(json.dumps(found, indent=1))
         return
     if args.diagnose:
