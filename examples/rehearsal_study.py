@@ -7,8 +7,8 @@ each seed:
    episodes, scored every ``--sft-eval-every`` steps on the ``validation`` split (never on
    test): tau2's reward, gold share, valid calls, and rehearsal fidelity. The **warm start**
    is the first scored budget whose validation reward reaches ``--warm-target`` (room for RL
-   to move), or the fixed budget ``--warm-step``; **SFT to plateau** is the best-scoring budget, after ``--patience`` scores
-   without a gain or at ``--sft-steps``.
+   to move), or the fixed budget ``--warm-step``; **SFT to plateau** is the best-scoring
+   budget, after ``--patience`` scores without a gain or at ``--sft-steps``.
 2. **GRPO** from the warm start, ``--steps`` steps of ``--tasks-per-step`` x ``--group-size``
    episodes, under three conditions:
 
@@ -238,8 +238,8 @@ class _Loaded:
 def failure_modes(env_id: str, model: Path, split: str, args) -> dict:
     """Why the greedy policy of ``model`` fails the tasks of ``split`` it fails, one cause per
     episode, checked in this order: cut by the turn limit, a gold call missing, every gold call
-    made but the database differs (a wrong or extra write), every call right but an item unsaid; and, over the episodes missing a gold call, the arguments
-    that went wrong (:func:`missed_arguments`)."""
+    made but the database differs (a wrong or extra write), every call right but an item unsaid;
+    and, over the episodes missing a gold call, the arguments that went wrong (:func:`missed_arguments`)."""
     env = gym.make(env_id, split=split, dynamics="real", max_turns=args.max_turns)
     agent = HFAgent(model, max_new_tokens=args.new_tokens)
     causes = dict.fromkeys(("solved", "turn_limit", "missing_call", "wrong_write", "unsaid_item", "other"), 0)
