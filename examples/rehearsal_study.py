@@ -132,7 +132,8 @@ class Study:
                 continue
             curve.append({"step": sft.step, **self.evaluate(sft, args.val_split, args.val_fidelity)})
             print(f"seed {self.seed} sft {curve[-1]}", flush=True)
-            reached = curve[-1]["reward"] >= args.warm_target if args.warm_step is None else sft.step >= args.warm_step
+            reached = (curve[-1]["reward"] >= args.warm_target if args.warm_step is None
+                       else sft.step >= args.warm_step)
             if warm is None and reached:
                 warm = self._keep(sft, "warm")
                 self.record["warm_step"] = sft.step
@@ -461,6 +462,12 @@ def write_summary(args) -> dict:
     return summary
 
 
+def report(path: Path, found) -> None:
+    """A diagnostic's results, written to ``path`` and printed."""
+    path.write_text(json.dumps(found, indent=1))
+    print(json.dumps(found, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="EnvACE/tau2-mock-office-v0")
@@ -519,20 +526,16 @@ def main() -> None:
         return
     if args.explore:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
-        found = {str(path): exploration(args.env, path, "train", args) for path in args.explore}
-        (args.out / "exploration.json").write_text(json.dumps(found, indent=1))
-        print(json.dumps(found, indent=1))
+        report(args.out / "exploration.json",
+               {str(path): exploration(args.env, path, "train", args) for path in args.explore})
         return
     if args.gradients:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
-        found = [gradient_agreement(args.env, path, args) for path in args.gradients]
-        (args.out / "gradients.json").write_text(json.dumps(found, indent=1))
-        print(json.dumps(found, indent=1))
+        report(args.out / "gradients.json", [gradient_agreement(args.env, path, args) for path in args.gradients])
         return
     if args.diagnose:
-        causes = {str(path): failure_modes(args.env, path, "test", args) for path in args.diagnose}
-        (args.out / "failure_modes.json").write_text(json.dumps(causes, indent=1))
-        print(json.dumps(causes, indent=1))
+        report(args.out / "failure_modes.json",
+               {str(path): failure_modes(args.env, path, "test", args) for path in args.diagnose})
         return
     if len(args.seeds) == 1:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
