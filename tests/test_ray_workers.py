@@ -82,7 +82,13 @@ def test_ctrl_c_leaves_a_valid_file_and_resume_plays_only_the_rest(tmp_path):
     out = tmp_path / "run.jsonl"
     command = [sys.executable, "-m", "envace_gym.cli", "run", MOCK, "--agent", f"{AGENTS}:Slow", "--agent-kwargs",
                "delay=0.3", "--workers", "2", "--repeats", "3", "--out", str(out)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a handled SIGINT is reset to the default in the child, so it gets Ctrl-C as at a terminal even when
+    # this run inherited SIGINT ignored (a background job's), which Python would pass on as ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
         assert process.poll() is None, process.stdout.read()[-2000:]
