@@ -3,7 +3,8 @@
 The oracle's actions on the first ``--tasks`` gold episodes of ``--env`` are recorded once in
 process; then the same actions are stepped (1) in process and (2) through ``RemoteEnv`` against an
 ``envace-gym serve`` of the same id in a separate process on 127.0.0.1, side by side in one run.
-Reported: median step time on each path and their ratio, and episodes per second with 1, 4 and
+Reported: median step time on each path and their ratio, the wire's floor (a ``state`` request,
+answered on the server's event loop without an env call), and episodes per second with 1, 4 and
 16 concurrent sessions (one thread and one ``RemoteEnv`` each) on that one server.
 
     python benchmarks/remote_env.py [--env EnvACE/tau2-retail-v0] [--tasks 40] [--out runs/remote_env.json]
@@ -99,6 +100,11 @@ def main() -> None:
         local = step_times(gym.make(args.env), episodes)
         remote_env = RemoteEnv(url, timeout=120)
         remote = step_times(remote_env, episodes)
+        floor = []
+        for _ in range(500):
+            start = time.perf_counter()
+            remote_env.state()
+            floor.append(time.perf_counter() - start)
         remote_env.close()
         rates = {n: throughput(url, episodes, n) for n in (1, 4, 16)}
     finally:
@@ -107,12 +113,14 @@ def main() -> None:
               "in_process_step_ms": statistics.median(local) * 1e3, "remote_step_ms": statistics.median(remote) * 1e3,
               "overhead_ratio": statistics.median(remote) / statistics.median(local),
               "remote_overhead_ms": (statistics.median(remote) - statistics.median(local)) * 1e3,
+              "wire_floor_ms": statistics.median(floor) * 1e3,
               "episodes_per_second": {str(n): r for n, r in rates.items()}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"{args.env}: {len(episodes)} gold episodes, {len(local)} steps")
     print(f"median step: in process {result['in_process_step_ms']:.3f} ms · RemoteEnv {result['remote_step_ms']:.3f} ms"
           f" · ratio {result['overhead_ratio']:.1f}x (+{result['remote_overhead_ms']:.2f} ms a step)")
+    print(f"the wire's floor (a state request, no env call): {result['wire_floor_ms']:.3f} ms")
     print("episodes per second on one server: " + " · ".join(f"{n} sessions {r:.1f}" for n, r in rates.items()))
 
 

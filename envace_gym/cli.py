@@ -7,7 +7,7 @@ import math
 import os
 import statistics
 import sys
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
@@ -23,7 +23,8 @@ from envace_gym import agents
 from envace_gym.compare import METRICS, compare_calls, plot, summarize
 from envace_gym.endpoint import ModelServerError, parse_spec
 from envace_gym.registration import resolve_env
-from envace_gym.records import rows as read_rows
+from envace_gym.records import resume_records
+from envace_gym.rewards import DEFAULT_REWARD
 from envace_gym.runner import make_envs, run_batched
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
@@ -314,15 +315,26 @@ def run(
         else:
             envs = make_envs(env_id, 1, **make_kwargs)
         check_reward_available(envs[0])
+        inner = envs[0].unwrapped
+        # reward_source may differ by episode: --reward's, else the dynamics' default or, for a task without
+        # gold, the suite's judge (and None where the episode ended unscored): a record may have any of them
+        rewards = [inner.reward] if inner.reward else [DEFAULT_REWARD[dynamics], inner.suite.judge_reward()]
+        settings = {"env_id": envs[0].spec.id, "split": inner.split, "dynamics": inner.dynamics,
+                    "reward_source": tuple(getattr(r, "__name__", r) for r in rewards if r is not None)}
+        if workers is None:  # under --workers the agent's name comes with the records it plays
+            settings["agent"] = actor.name
     if limit is not None and limit < 1:
         fail(f"--limit must be at least 1, got {limit}")
     ids = envs[0].unwrapped.task_ids[:limit]
     out = _out_path(out, env_id, agent, dynamics)
     episodes = [(task_id, seed + i) for i, task_id in enumerate(t for t in ids for _ in range(repeats))]
     with user_errors():
-        earlier = read_rows(out) if resume and out.exists() else []
-    done = {(r.get("task_id"), r.get("seed")) for r in earlier}
+        earlier = resume_records(out, settings) if resume and out.exists() else []
+    done = {(r["task_id"], r["seed"]) for r in earlier}
     todo = [e for e in episodes if e not in done]
+    if earlier:
+        console.print(f"{len(episodes) - len(todo)} of {len(episodes)} episodes already in {out}; "
+                      f"playing {len(todo)}", soft_wrap=True)
     if workers is None:
         stream = run_batched(envs, actor, todo)
     else:
@@ -334,10 +346,13 @@ def run(
         stream = run_distributed(spec, todo, workers, ray_address)
     records = list(earlier)
     failures = 0
-    with user_errors(), out.open("a" if resume else "w") as f, \
+    with user_errors(), closing(stream), out.open("a" if resume else "w") as f, \
             progress(len(todo), f"{env_id} {agent} {dynamics}", "episodes") as advance:
         try:
             for record in stream:
+                if earlier and record["agent"] != earlier[0]["agent"]:
+                    fail(f"{out} holds the records of another run: its agent is {earlier[0]['agent']!r}, "
+                         f"this run's {record['agent']!r}; resume with the same settings, or give another --out")
                 f.write(json.dumps(record) + "\n")
                 f.flush()
                 records.append(record)
@@ -613,16 +628,29 @@ def serve(
     user: Annotated[str, typer.Option(help="scripted, or llm:MODEL@BASE_URL.")] = "scripted",
     reward: Annotated[Optional[str], typer.Option(help="Reward source (default by dynamics).")] = None,
     max_turns: Annotated[int, typer.Option(help="Agent turns before truncation.")] = 50,
+    token: Annotated[Optional[str], typer.Option(envvar="ENVACE_SERVE_TOKEN", show_envvar=True, help=(
+        "A shared secret every request must carry (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=); "
+        "set it whenever --host is not a loopback address."))] = None,
+    allow_origin: Annotated[Optional[list[str]], typer.Option(help=(
+        "A browser origin allowed to use the server besides loopback ones, e.g. https://lab.example (repeat; "
+        "'*': any page)."))] = None,
+    max_connections: Annotated[int, typer.Option(help="Open connections at once; more are answered 503.")] = 64,
 ) -> None:
     """Serve an env over OpenEnv's wire protocol: one env per WebSocket session (/ws)."""
     with user_errors():
+        from envace_gym.integrations.access import is_loopback
         from envace_gym.integrations.openenv import EnvServer, run_server
 
         env_id = resolve(env_id, env)
         kwargs = env_kwargs(env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns, **user_option(user))
-        server = EnvServer(env_id, max_sessions, session_timeout or None, **kwargs)
+        server = EnvServer(env_id, max_sessions, session_timeout or None, token=token,
+                           allow_origins=tuple(allow_origin or ()), max_connections=max_connections, **kwargs)
     console.print(f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
                   f"at most {max_sessions} sessions · Ctrl-C stops", soft_wrap=True)
+    if not is_loopback(host) and token is None:
+        console.print(f"[yellow]warning:[/yellow] {host} is reachable from other machines and no --token is set: "
+                      "anyone who can reach the port can play episodes and make the env's real tool calls",
+                      soft_wrap=True)
     run_server(server, host, port)
 
 

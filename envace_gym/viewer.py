@@ -1,10 +1,11 @@
 """``envace-gym view``: run records, compare records and training folders as one self-contained HTML file.
 
-Everything the page shows comes from the records, which are untrusted: they travel as one JSON
-document inside a ``<script type="application/json">`` block (every ``<`` written ``\\u003c``, so
-nothing in them can close it) and the page's own script puts them on screen as text nodes only,
-never as markup. Tables are paginated and transcripts built when opened, so a thousand long
-episodes open in a few seconds. No CDN, no network: the file opens from disk.
+Everything the page shows comes from the records, which are untrusted: they travel as one standard
+JSON document (a NaN or infinity as a string) inside a ``<script type="application/json">`` block
+(every ``<`` written ``\\u003c``, so nothing in them can close it), put in the page in one pass with
+the training plots (so text naming a placeholder stays text), and the page's own script puts them on
+screen as text nodes only, never as markup. Tables are paginated and transcripts built when opened,
+so a thousand long episodes open in a few seconds. No CDN, no network: the file opens from disk.
 
 The page's state lives in its URL fragment (``#tab=runs&q=retail&sort=-reward&open=3``), so a
 view can be linked, and checked by a headless browser.
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import re
 from pathlib import Path
 
 from envace_gym import records
 from envace_gym.fidelity import flatten
-from envace_gym.messages import dumps_safe
+from envace_gym.messages import escape_tags, loads_bounded
 
 TRAINING_PANELS = (  # (title, metric keys of metrics.jsonl)
     ("reward by role", ("reward", "reward/act", "reward/rehearse")),
@@ -31,8 +34,8 @@ TRAINING_PANELS = (  # (title, metric keys of metrics.jsonl)
 def _diff(real, rehearsed) -> dict:
     """The leaf paths where the two responses differ (``fidelity.flatten``'s paths)."""
     try:
-        a, b = flatten(json.loads(real)), flatten(json.loads(rehearsed))
-    except (TypeError, ValueError):
+        a, b = flatten(loads_bounded(real)), flatten(loads_bounded(rehearsed))
+    except ValueError:
         return {"real": [], "rehearsed": []}
     return {"real": sorted(k for k, v in a.items() if k not in b or b[k] != v),
             "rehearsed": sorted(k for k, v in b.items() if k not in a or a[k] != v)}
@@ -106,19 +109,33 @@ def collect(paths: list[str | Path]) -> dict:
     return data
 
 
+def _standard(value):
+    """``value`` with each NaN or infinity as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``:
+    standard JSON, which a browser's ``JSON.parse`` reads (``records.rows`` bounds the depth)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return {k: _standard(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_standard(v) for v in value]
+    return value
+
+
 def render(paths: list[str | Path], out: str | Path) -> Path:
     """Write the viewer of ``paths`` to ``out``; returns ``out``."""
     data = collect(paths)
     svgs = "".join(f'<section class="train"><h3></h3>{t["svg"]}</section>' for t in data["training"] if t["svg"])
     for t in data["training"]:
         t.pop("svg")
-    html = PAGE.replace("__DATA__", dumps_safe(data)).replace("__SVGS__", svgs)
+    parts = {"__DATA__": escape_tags(json.dumps(_standard(data), allow_nan=False)), "__SVGS__": svgs}
+    html = PLACEHOLDER.sub(lambda m: parts[m[0]], PAGE)  # one pass: what is put in is never searched again
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return out
 
 
+PLACEHOLDER = re.compile("__DATA__|__SVGS__")
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
@@ -286,7 +303,10 @@ function showCall(i) {
   const side = el("div", "side");
   for (const [name, text, marked] of [["real", c.real, c.diff.real], ["rehearsed", c.rehearsed, c.diff.rehearsed]]) {
     const col = el("div");
-    col.append(el("h4", "", name), jsonTree(parsed(text), "", new Set(marked)));
+    let tree;
+    try { tree = jsonTree(parsed(text), "", new Set(marked)); }
+    catch (e) { tree = el("div", "json", text); }  // nested past the stack: the text as it is
+    col.append(el("h4", "", name), tree);
     side.append(col);
   }
   box.append(side);

@@ -1,6 +1,6 @@
 """Plays episodes with OpenEnv's own GenericEnvClient (run under .venv-openenv, which has `openenv`).
 
-stdin: {"url": URL, "episodes": [{"reset": {...}, "actions": [...]}, ...]}; stdout: per episode, the
+stdin: {"url": URL, "episodes": [{"reset": {...}, "actions": [...]}, ...], "headers": {...} (optional)}; stdout: per episode, the
 reset's and each step's (observation, reward, done) as OpenEnv's client parsed them, or the error text.
 """
 
@@ -11,7 +11,7 @@ from openenv import GenericEnvClient
 
 job = json.load(sys.stdin)
 out = []
-with GenericEnvClient(base_url=job["url"], message_timeout_s=60).sync() as env:
+with GenericEnvClient(base_url=job["url"], message_timeout_s=60, headers=job.get("headers")).sync() as env:
     for episode in job["episodes"]:
         steps = []
         try:

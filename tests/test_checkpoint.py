@@ -103,6 +103,16 @@ def test_a_whole_checkpoint_resumes(trained, tiny, tmp_path):
                                                  resumed.model.state_dict().values()))
 
 
+def test_resume_drops_a_metrics_line_cut_short_and_those_after_the_checkpoint(trained, tmp_path):
+    trainer, _ = trained
+    _copy(trained, tmp_path)
+    lines = [json.dumps({"step": 1, "loss": 0.5}), json.dumps({"step": 2, "loss": 0.4}), '{"step": 3, "lo']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines))  # killed mid-write: no newline either
+    trainer.out = tmp_path
+    trainer.resume()
+    assert trainer.step == 1 and (tmp_path / "metrics.jsonl").read_text() == lines[0] + "\n"
+
+
 def test_latest_skips_what_is_not_a_numbered_step_folder(tmp_path):
     for name in ("step-2", "step-10", "step-foo", "step-3.partial", "step-", "step-1e3", "step-٣"):
         (tmp_path / name).mkdir()

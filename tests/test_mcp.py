@@ -24,8 +24,10 @@ from mcp_server import Bank, make_server
 from envace_gym import agents
 from envace_gym.agents.base import Agent, RoleSplit
 from envace_gym.compare import compare_calls, summarize
-from envace_gym.envs.mcp import (ForkError, Http, InProcess, MCPEnv, MCPSuite, ServerError, as_tasks,
+from envace_gym.envs.mcp import (ForkError, Http, InProcess, MCPEnv, MCPSuite, ServerError, Stdio, as_tasks,
                                  load_finmcp, load_tasks, make_env)
+from envace_gym.envs.mcp.guard import LOG_CAP
+from envace_gym.envs.mcp.runtime import GUARD
 from envace_gym.messages import format_tool_call
 from envace_gym.rewards import tool_f1_summary
 from envace_gym.tools import SchemaError
@@ -727,3 +729,22 @@ def test_a_server_traceback_goes_to_its_log_not_the_terminal(tmp_path):
     assert "execution_error" in done.stdout and "Traceback" not in done.stderr, done.stderr[-2000:]
     logs = list((tmp_path / "mcp-logs").glob("*.log"))
     assert logs and "the vault door is stuck" in "".join(p.read_text() for p in logs)
+
+
+def test_a_server_log_is_capped_rotated_and_its_own(tmp_path, monkeypatch):
+    """Two runs of a server that writes 24 MiB of stderr each leave the log and one rotated file,
+    each at most the cap (plus one read), the last line in the log; another command line logs elsewhere."""
+    log = tmp_path / "spam.log"
+    spam = "import sys\nfor i in range(24): print('x' * (1 << 20), file=sys.stderr)\nprint('the end', file=sys.stderr)"
+    for _ in range(2):  # a new session of its own: the guard kills its whole group when the server exits
+        subprocess.run([sys.executable, "-I", "-S", GUARD, str(os.getpid()), str(log), sys.executable, "-c", spam],
+                       start_new_session=True, timeout=60)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spam.log", "spam.log.1"]
+    assert all(p.stat().st_size <= LOG_CAP + (1 << 16) for p in tmp_path.iterdir())
+    assert log.read_text().endswith("the end\n")
+
+    monkeypatch.setenv("ENVACE_CACHE", str(tmp_path))
+    servers = [SERVER, ODD, [*ODD, "40"], [sys.executable, "-c", "pass"], [sys.executable, "-c", "pass "]]
+    logs = [Stdio(command, tuple(args)).log for command, *args in servers]
+    assert len(set(logs)) == len(servers) and logs[0] == Stdio(SERVER[0], tuple(SERVER[1:])).log
+    assert "mcp_server.py" in logs[0].name and logs[0].parent == tmp_path / "mcp-logs"

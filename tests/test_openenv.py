@@ -53,11 +53,12 @@ def remote_steps(env: RemoteEnv, task_id: str, dynamics: str, actions: list, see
     return steps
 
 
-def openenv_client(url: str, episodes: list[dict]) -> list[dict]:
+def openenv_client(url: str, episodes: list[dict], headers: dict | None = None) -> list[dict]:
     if not OPENENV_PYTHON.exists():
         pytest.skip(f"OpenEnv's client venv is missing ({OPENENV_PYTHON}): `make setup` makes it")
     done = subprocess.run([str(OPENENV_PYTHON), str(ROOT / "tests" / "openenv_client.py")], capture_output=True,
-                          text=True, timeout=240, input=json.dumps({"url": url, "episodes": episodes}))
+                          text=True, timeout=240,
+                          input=json.dumps({"url": url, "episodes": episodes, "headers": headers}))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 

@@ -168,6 +168,30 @@ def test_malformed_records_are_one_line_errors_naming_the_record(tiny, tmp_path)
     assert len(trainer.sequences[0][0]) == 512
 
 
+def test_tool_calls_that_are_not_calls_or_nest_too_deep_are_value_errors_naming_the_line(tmp_path):
+    """Not the chat template's UndefinedError or a RecursionError when the record is laid out."""
+    def record(tool_calls):
+        return {"messages": [{"role": "user", "content": "hi"},
+                             {"role": "assistant", "content": "", "tool_calls": tool_calls}],
+                "tools": [], "opening_messages": 1, "real_call_ids": []}
+
+    deep: dict = {}
+    for _ in range(700):
+        deep = {"x": deep}
+    good = json.dumps(record([{"id": "c0", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]))
+    bad = {"a string": json.dumps(record("f(1)")), "numbers": json.dumps(record([1, 2])),
+           "no name": json.dumps(record([{"function": {"arguments": {}}}])),
+           "700 deep": json.dumps(record([{"function": {"name": "f", "arguments": deep}}])),
+           "too deep to parse": "[" * 100_000 + "]" * 100_000}
+    path = tmp_path / "runs.jsonl"
+    for line in bad.values():
+        path.write_text(good + "\n" + line + "\n")
+        with pytest.raises(ValueError, match="runs.jsonl line 2: (message 1's 'tool_calls' must be|JSON nested)"):
+            load_episodes(path)
+    path.write_text(good + "\n")
+    assert len(load_episodes(path)) == 1
+
+
 def test_resume_continues_the_run_and_refuses_a_damaged_checkpoint(tiny, tmp_path):
     def config(out):
         return _config(tiny, out, max_episodes=3, batch=2, steps=2)

@@ -100,3 +100,99 @@ def test_the_diff_highlights_exactly_the_leaves_that_differ(report):
     assert 'data-rows="2"' in tools and tools.index('data-key="lookup"') < tools.index('data-key="other"')
     training, _ = dom(report, "tab=training")
     assert "<svg" in training and "reward by role" in training
+
+
+# records as found in the wild: numbers JSON cannot write, text naming the page's placeholders,
+# line separators inside strings, nesting deeper than anything walks with recursion
+PLACEHOLDERS = "__DATA__ <b>__SVGS__</b> __DATA____SVGS__"
+SEPARATORS = "a\u2028b\u2029c\u0085d"  # str.splitlines ends lines there; JSONL does not
+
+
+def data_block(html: str) -> dict:
+    """The page's data, read as standard JSON only (NaN or Infinity fail, as in a browser)."""
+    text = html.split('<script type="application/json" id="data">')[1].split("</script>")[0]
+    return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the page's JSON"))
+
+
+@pytest.fixture(scope="module")
+def odd_report(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("odd")
+    nan = episode("t0", float("nan"), PLACEHOLDERS) | {"reward_info": {"x": float("inf"), "y": -float("inf")}}
+    runs = folder / "run.jsonl"
+    runs.write_text("\n".join(json.dumps(e) for e in (nan, episode("t1", 1.0, "plain"), episode("t2", 0.5, "x"))))
+    calls = folder / "compare.jsonl"
+    calls.write_text(json.dumps({"task_id": "t1", "tool": PLACEHOLDERS, "arguments": {}, "real": "{}",
+                                 "rehearsed": "[]", "parsed": True, "shape": float("nan"),
+                                 "leaf_match": -float("inf"), "error_agree": True, "exact": False}) + "\n")
+    train = folder / "train-__DATA__-__SVGS__"
+    train.mkdir()
+    (train / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "reward": s / 10}) for s in range(1, 4)))
+    out = folder / "report.html"
+    result = CliRunner().invoke(app, ["view", str(runs), str(calls), str(train), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_non_finite_numbers_are_written_as_standard_json(odd_report):
+    data = data_block(odd_report.read_text(encoding="utf-8"))
+    first = data["episodes"][0]
+    assert first["reward"] == "NaN" and first["reward_info"] == {"x": "Infinity", "y": "-Infinity"}
+    assert data["calls"][0]["shape"] == "NaN" and data["calls"][0]["leaf_match"] == "-Infinity"
+
+
+def test_placeholder_names_in_records_survive_verbatim(odd_report):
+    html = odd_report.read_text(encoding="utf-8")
+    data = data_block(html)
+    assert data["episodes"][0]["messages"][1]["content"] == PLACEHOLDERS and data["calls"][0]["tool"] == PLACEHOLDERS
+    assert data["training"][0]["name"].endswith("train-__DATA__-__SVGS__")
+    assert html.count("<svg") == 1 and '<div id="training" hidden><section class="train"><h3></h3><svg' in html
+    assert "\\u003cb>__SVGS__\\u003c/b>" in html  # the record's tags escaped inside the data block
+
+
+@needs_browser
+def test_a_page_of_odd_records_renders(odd_report):
+    page, console = dom(odd_report, "tab=runs&q=&sort=&page=0&open=0")
+    assert 'data-ready="1"' in page and "Uncaught" not in console and 'data-rows="3"' in page
+    assert "<td>NaN</td>" in page and '"x": "Infinity"' in page
+    assert "<div>__DATA__ &lt;b&gt;__SVGS__&lt;/b&gt; __DATA____SVGS__</div>" in page  # the message, as text
+    calls, console = dom(odd_report, "tab=calls&q=&sort=&page=0&open=")
+    assert 'data-rows="1"' in calls and "<td>-Infinity</td>" in calls and "Uncaught" not in console
+    training, _ = dom(odd_report, "tab=training")
+    assert training.count("<svg") == 1 and "train-__DATA__-__SVGS__</h3>" in training
+
+
+def test_records_keep_line_separators_and_read_crlf(tmp_path):
+    from envace_gym import records
+
+    path = tmp_path / "r.jsonl"
+    path.write_bytes((json.dumps({"text": SEPARATORS}, ensure_ascii=False) + "\r\n" + '{"a": 1}\r\n').encode())
+    assert records.rows(path) == [{"text": SEPARATORS}, {"a": 1}]
+
+
+def test_a_deeply_nested_record_is_one_error_naming_its_line(tmp_path):
+    from envace_gym import records
+
+    path = tmp_path / "deep.jsonl"
+    fine = {"text": "[{" * 5000, "deep": json.loads("[" * 200 + "]" * 200)}  # brackets in strings do not count
+    path.write_text(json.dumps(fine) + "\n" + '{"a": ' + "[" * 100000 + "]" * 100000 + "}\n")
+    with pytest.raises(ValueError, match=f"^{path}:2: nested deeper than"):
+        records.rows(path)
+    result = CliRunner().invoke(app, ["view", str(path), "--out", str(tmp_path / "report.html")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and f"{path}:2:" in lines[0], result.output
+    path.write_text(json.dumps(fine) + "\n")
+    assert records.rows(path) == [fine]
+
+
+def test_a_deeply_nested_response_text_is_shown_without_its_diff(tmp_path):
+    calls = tmp_path / "compare.jsonl"
+    calls.write_text(json.dumps({"task_id": "t1", "tool": "x", "arguments": {}, "real": "[" * 100000 + "]" * 100000,
+                                 "rehearsed": "[" * 100000, "parsed": False}) + "\n")
+    result = CliRunner().invoke(app, ["view", str(calls), "--out", str(tmp_path / "report.html")])
+    assert result.exit_code == 0, result.output
+    assert data_block((tmp_path / "report.html").read_text())["calls"][0]["diff"] == {"real": [], "rehearsed": []}
+    if CHROMIUM:  # opened, the call shows its texts as they are
+        page, console = dom(tmp_path / "report.html", "tab=calls&q=&sort=&page=0&open=0")
+        detail = page.split('id="detail"')[1].split('id="training"')[0]
+        assert 'data-ready="1"' in page and "Uncaught" not in console and detail.count("[" * 100000) == 2

@@ -10,6 +10,11 @@ messages), ``GET /health``, ``/metadata``, ``/schema``, ``/capacity``, and ``POS
 ``tool_call`` as in-process, ``terminated`` and ``truncated``, and ``info`` (the step's ``info``
 dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` are OpenEnv's.
 
+A session opened as ``/ws?observations=delta`` (``RemoteEnv`` does) gets, in each observation, only the
+messages after the first ``messages_from`` of the observation before, and ``tools`` only when they changed
+(null otherwise), so that a step's reply does not grow with the episode. Who may connect is
+:mod:`envace_gym.integrations.access`'s to decide (loopback origins, the bound ``Host``, a token).
+
     envace-gym serve EnvACE/tau2-retail-v0 --port 8000 --max-sessions 16
 """
 
@@ -17,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-import threading
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +34,8 @@ import gymnasium as gym
 from fastapi import FastAPI, Request, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketDisconnect
+
+from envace_gym.integrations.access import Access, Guard, HeadTimeoutH11
 
 PROTOCOL = "0.10"
 RESET_OPTIONS = ("task_id", "dynamics")  # reset data keys that go into reset(options=...)
@@ -58,8 +65,10 @@ class EnvACEObservation(BaseModel):
 
     role: str
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = Field(description="null in a delta session when they did not change")
     tool_call: dict[str, Any] | None = None
+    messages_from: int = Field(0, description="delta sessions: how many messages of the previous observation "
+                                              "come before these")
     terminated: bool = False
     truncated: bool = False
     info: dict[str, Any] = Field(default_factory=dict)
@@ -115,23 +124,51 @@ class Session:
     episode_id: str | None = None
     step_count: int = 0
     turn: int = 0
+    delta: bool = False  # observations hold what is new since the last one
+    sent: list = field(default_factory=list)  # the messages of the last observation sent
+    sent_tools: list | None = None
+
+    def observation(self, obs: dict, info: dict, reward, terminated: bool, truncated: bool) -> dict:
+        """An observation frame's data (with the messages and tools the client already has left out, in
+        a delta session)."""
+        fields = {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}}
+        if self.delta:
+            messages, sent, start = obs["messages"], self.sent, 0
+            while start < min(len(messages), len(sent)) and messages[start] is sent[start]:
+                start += 1  # an episode's messages are appended, never edited: identity is enough
+            fields["messages"], fields["messages_from"] = messages[start:], start
+            fields["tools"] = None if obs["tools"] == self.sent_tools else obs["tools"]
+            self.sent, self.sent_tools = messages, obs["tools"]
+        return {"observation": fields, "reward": None if reward is None else float(reward),
+                "done": bool(terminated or truncated)}
 
 
 class EnvServer:
     """An OpenEnv-compatible server of one env id: ``EnvServer(env_id, **make_kwargs).app`` is the
     FastAPI app. Each WebSocket connection gets its own env, made with ``gym.make(env_id,
     **make_kwargs)``; at most ``max_sessions`` live at once, and one idle for ``session_timeout``
-    seconds is closed. A message over ``max_message_bytes`` is refused, the session kept."""
+    seconds is closed. A message over ``max_message_bytes`` is refused, the session kept.
+
+    ``token``: a shared secret every request but ``/health`` must carry; ``allow_origins``: browser
+    origins allowed besides loopback ones (``*``: any); at most ``max_connections`` connections are
+    open at once (past it, 503)."""
 
     def __init__(self, env_id: str, max_sessions: int = 8, session_timeout: float | None = 300.0,
-                 max_message_bytes: int = 1 << 20, **make_kwargs: Any):
+                 max_message_bytes: int = 1 << 20, token: str | None = None, allow_origins: tuple[str, ...] = (),
+                 max_connections: int = 64, **make_kwargs: Any):
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
         if session_timeout is not None and session_timeout <= 0:
             raise ValueError(f"session_timeout must be positive, got {session_timeout}")
+        if max_connections <= max_sessions:
+            raise ValueError(f"max_connections ({max_connections}) must exceed max_sessions ({max_sessions})")
+        if token is not None and len(token) < 8:
+            raise ValueError("a token needs at least 8 characters")
         self.env_id, self.make_kwargs = env_id, make_kwargs
         self.max_sessions, self.session_timeout = max_sessions, session_timeout
         self.max_message_bytes, self.protocol = max_message_bytes, PROTOCOL
+        self.token, self.allow_origins = token, tuple(o.rstrip("/") for o in allow_origins)
+        self.max_connections = max_connections
         self.catalog = gym.make(env_id, **make_kwargs)  # fails now on a bad id or option; serves POST /mcp
         self.sessions: dict[str, Session] = {}
         self._reserved = 0  # slots taken by sessions whose env is being made
@@ -168,16 +205,22 @@ class EnvServer:
             return
         finally:
             self._reserved -= 1
-        session = self.sessions[session_id] = Session(env, asyncio.current_task())
+        session = self.sessions[session_id] = Session(env, asyncio.current_task(),
+                                                      delta=websocket.query_params.get("observations") == "delta")
         try:
             while True:
-                raw = await websocket.receive_text()
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
                 session.busy, session.last_active = True, time.monotonic()
-                reply = await self._answer(session, raw)
+                try:
+                    reply = await self._answer(session, message.get("text"))
+                except Exception as e:  # the env's own failure: the client hears of it, the session lives on
+                    reply = json.dumps(error(f"{type(e).__name__}: {e}", "EXECUTION_ERROR"))
                 session.busy, session.last_active = False, time.monotonic()
                 if reply is None:
                     break
-                await websocket.send_text(json.dumps(reply, default=str))
+                await websocket.send_text(reply)
         except (WebSocketDisconnect, asyncio.CancelledError, RuntimeError):
             pass  # the client left, or the reaper closed an idle session
         finally:
@@ -188,16 +231,24 @@ class EnvServer:
             except Exception:  # already closed
                 pass
 
-    async def _answer(self, session: Session, raw: str) -> dict | None:
-        """The reply frame to one client message (None: the client closed the session)."""
+    async def _answer(self, session: Session, raw: str | None) -> str | None:
+        """The reply frame to one client message, as text (None: the client closed the session)."""
+        if raw is None:
+            return json.dumps(error("binary frames are not part of the protocol: send JSON text", "INVALID_JSON"))
         size = len(raw.encode())
         if size > self.max_message_bytes:
-            return error(f"message of {size} bytes is over this server's limit of {self.max_message_bytes}",
-                         "VALIDATION_ERROR")
+            return json.dumps(error(f"message of {size} bytes is over this server's limit of "
+                                    f"{self.max_message_bytes}", "VALIDATION_ERROR"))
         try:
             message = json.loads(raw)
-        except ValueError as e:
-            return error(f"Invalid JSON: {e}", "INVALID_JSON")
+        except (ValueError, RecursionError) as e:
+            return json.dumps(error(f"Invalid JSON: {e if isinstance(e, ValueError) else 'nested too deeply'}",
+                                    "INVALID_JSON"))
+        reply = await self._reply(session, message)
+        return reply if reply is None or isinstance(reply, str) else json.dumps(reply, default=str)
+
+    async def _reply(self, session: Session, message: Any) -> dict | str | None:
+        """The reply to one parsed message: a frame, or its text already written off the event loop."""
         if not isinstance(message, dict):
             return error("a message must be a JSON object with a 'type'", "VALIDATION_ERROR")
         kind, data = message.get("type"), message.get("data", {})
@@ -209,9 +260,9 @@ class EnvServer:
             return error("'data' must be a JSON object", "VALIDATION_ERROR")
         try:
             if kind == "reset":
-                return await self._reset(session, data)
+                return await self._run(self._reset, session, data)
             if kind == "step":
-                return await self._step(session, EnvACEAction.model_validate(data))
+                return await self._run(self._step, session, EnvACEAction.model_validate(data))
             if kind == "mcp":
                 return {"type": "mcp", "data": rpc(data, session.env)}
             return {"type": "state", "data": self._state(session).model_dump()}
@@ -220,7 +271,9 @@ class EnvServer:
         except (ValueError, TypeError, RuntimeError) as e:  # an unknown task or dynamics, a step after the end
             return error(str(e), "EXECUTION_ERROR")
 
-    async def _reset(self, session: Session, data: dict) -> dict:
+    @staticmethod
+    def _reset(session: Session, data: dict) -> str:
+        """Reset's reply, as text (run in the pool: episodes may be long, and so their observations)."""
         unknown = set(data) - {"seed", "episode_id", "options", *RESET_OPTIONS}
         if unknown:
             raise ValueError(f"unknown reset parameters {sorted(unknown)}; give seed, episode_id, options, "
@@ -229,23 +282,21 @@ class EnvServer:
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         options.update({k: data[k] for k in RESET_OPTIONS if k in data})
-        obs, info = await self._run(session.env.reset, seed=seed, options=options)
+        obs, info = session.env.reset(seed=seed, options=options)
         session.episode_id, session.step_count = str(data.get("episode_id") or uuid.uuid4().hex), 0
         session.turn = info["turn"]
-        return {"type": "observation", "data": self._observation(obs, info, None, False, False)}
-
-    async def _step(self, session: Session, action: EnvACEAction) -> dict:
-        if session.env.unwrapped.episode is None:
-            raise RuntimeError("no episode yet: send a reset first")
-        obs, reward, terminated, truncated, info = await self._run(session.env.step, action.value)
-        session.step_count, session.turn = session.step_count + 1, info.get("turn", session.turn)
-        return {"type": "observation", "data": self._observation(obs, info, reward, terminated, truncated)}
+        return json.dumps({"type": "observation", "data": session.observation(obs, info, None, False, False)},
+                          default=str)
 
     @staticmethod
-    def _observation(obs: dict, info: dict, reward, terminated: bool, truncated: bool) -> dict:
-        fields = {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}}
-        return {"observation": fields, "reward": None if reward is None else float(reward),
-                "done": bool(terminated or truncated)}
+    def _step(session: Session, action: EnvACEAction) -> str:
+        """Step's reply, as text (run in the pool)."""
+        if session.env.unwrapped.episode is None:
+            raise RuntimeError("no episode yet: send a reset first")
+        obs, reward, terminated, truncated, info = session.env.step(action.value)
+        session.step_count, session.turn = session.step_count + 1, info.get("turn", session.turn)
+        return json.dumps({"type": "observation",
+                           "data": session.observation(obs, info, reward, terminated, truncated)}, default=str)
 
     @staticmethod
     def _state(session: Session) -> EnvACEState:
@@ -298,24 +349,32 @@ class EnvServer:
 
         @app.post("/mcp")
         async def mcp(request: Request):
-            body = await request.body()
-            if len(body) > self.max_message_bytes:
-                return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "request too large"}}
+            body = await request.body()  # at most max_message_bytes: the Guard refuses larger ones with 413
             try:
                 message = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
             return rpc(message, self.catalog)
 
         return app
 
 
+def uvicorn_config(server: EnvServer, host: str, port: int):
+    """uvicorn's settings for ``server`` bound to ``host``: the :class:`~envace_gym.integrations.access.Guard`
+    in front, head and keep-alive timeouts, and the connection cap."""
+    import uvicorn
+
+    app = Guard(server.app, Access(host, server.allow_origins, server.token), server.max_message_bytes)
+    # uvicorn's own frame cap sits above ours, so an oversized message still gets our structured error
+    return uvicorn.Config(app, host=host, port=port, ws_max_size=4 * server.max_message_bytes, log_level="warning",
+                          http=HeadTimeoutH11, timeout_keep_alive=5, limit_concurrency=server.max_connections)
+
+
 def run_server(server: EnvServer, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve until interrupted (``envace-gym serve``)."""
     import uvicorn
 
-    # uvicorn's own frame cap sits above ours, so an oversized message still gets our structured error
-    uvicorn.run(server.app, host=host, port=port, ws_max_size=4 * server.max_message_bytes, log_level="warning")
+    uvicorn.Server(uvicorn_config(server, host, port)).run()
 
 
 @contextmanager
@@ -324,9 +383,7 @@ def serving(server: EnvServer, host: str = "127.0.0.1", port: int = 0, timeout: 
     (``port=0``: a free one) and stops it on exit."""
     import uvicorn
 
-    config = uvicorn.Config(server.app, host=host, port=port, ws_max_size=4 * server.max_message_bytes,
-                            log_level="warning")
-    live = uvicorn.Server(config)
+    live = uvicorn.Server(uvicorn_config(server, host, port))
     thread = threading.Thread(target=live.run, name="envace-serve", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

@@ -25,6 +25,7 @@ import torch
 
 from envace_gym import agents
 from envace_gym.agents.prompting import ROLES as PROMPT_ROLES, render_prompt
+from envace_gym.messages import MAX_JSON_DEPTH, json_depth
 from envace_gym.runner import run_episodes
 from envace_gym.training.grpo import ROLE_IDS, ROLES, token_logprobs
 from envace_gym.training.rollout import Rollout, _context_delta
@@ -87,6 +88,8 @@ def load_episodes(path: str | Path, max_episodes: int | None = None) -> list[dic
             continue
         try:
             records.append(check_record(json.loads(line)))
+        except RecursionError:
+            raise ValueError(f"{path} line {number}: JSON nested too deeply") from None
         except ValueError as e:  # json.JSONDecodeError is one
             raise ValueError(f"{path} line {number}: {e}") from None
         if max_episodes is not None and len(records) >= max_episodes:
@@ -106,6 +109,10 @@ def check_record(record) -> dict:
     for i, m in enumerate(messages):
         if m.get("role") not in PROMPT_ROLES:
             raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(PROMPT_ROLES)}")
+        calls = m.get("tool_calls")
+        if calls is not None and not (isinstance(calls, list) and all(map(_is_call, calls))):
+            raise ValueError(f"message {i}'s 'tool_calls' must be a list of {{'function': {{'name': text, "
+                             f"'arguments': object (at most {MAX_JSON_DEPTH} levels deep) or text}}}} objects")
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ValueError("the record has no 'tools' list (the tool specs the episode was played with)")
     opening = record.get("opening_messages")
@@ -115,6 +122,16 @@ def check_record(record) -> dict:
     if not isinstance(record.get("real_call_ids"), list):
         raise ValueError("the record has no 'real_call_ids' list")
     return record
+
+
+def _is_call(call) -> bool:
+    """Whether ``call`` is a tool call as the chat template renders it, its arguments nested no
+    deeper than the env accepts them."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        return False
+    arguments = function.get("arguments")
+    return isinstance(arguments, str) or (isinstance(arguments, dict) and json_depth(arguments) <= MAX_JSON_DEPTH)
 
 
 def role_nll(model, sequences: list[Sequence], pad_id: int) -> dict[str, tuple[torch.Tensor, int]]:

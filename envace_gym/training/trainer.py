@@ -446,8 +446,9 @@ class Trainer:
         random.setstate((3, tuple(state["python_rng"]), None))
         self.step, self.cursor = state["step"], state["cursor"]
         metrics = self.out / "metrics.jsonl"
-        if metrics.exists():  # drop what a killed run logged after its last checkpoint
-            kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= self.step]
+        if metrics.exists():  # drop what a killed run logged after its last checkpoint, and a line it cut short
+            kept = [line for line in metrics.read_text(errors="replace").splitlines()
+                    if (step := _step_of(line)) is not None and step <= self.step]
             metrics.write_text("".join(line + "\n" for line in kept))
 
     def _load_full_weights(self, path: Path) -> None:
@@ -466,6 +467,15 @@ class Trainer:
             self.model.tie_weights()
         else:
             sharding.load_full_weights(self.model, path, self.accelerator.is_main_process)
+
+
+def _step_of(line: str) -> int | None:
+    """The step of a ``metrics.jsonl`` line; None for one that is not a whole record."""
+    try:
+        step = json.loads(line)["step"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return step if isinstance(step, int) else None
 
 
 def minibatches(lengths: list[int], rows: int, tokens: int = 0) -> list[list[int]]:

@@ -8,17 +8,23 @@ child subreaper (``PR_SET_CHILD_SUBREAPER``: every orphaned descendant, even one
 the group with ``setsid()``, becomes its child), runs the server as its child and waits.
 On SIGTERM, SIGHUP or SIGINT, and when the server exits, it kills every descendant it can
 find through ``/proc``, then its whole group: the server and anything the server started.
-The server's stderr (its tracebacks) is appended to ``LOG_PATH``, not the user's terminal;
-a command that cannot start is still said on the guard's own stderr.
+The server's stderr (its tracebacks) reaches the guard through a pipe and is appended to
+``LOG_PATH``, not the user's terminal; past ``LOG_CAP`` bytes the log becomes ``LOG_PATH.1``
+(replacing the older one) and a new one starts. A command that cannot start is still said
+on the guard's own stderr.
 """
 
 import ctypes
 import os
 import signal
 import sys
+import threading
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+LOG_CAP = 8 << 20
+_drained = threading.Event()  # set once nothing is left to copy to the log
+_drained.set()
 
 
 def _descendants() -> list[int]:
@@ -56,7 +62,28 @@ def _kill_all(*_):
                     pass
             except ChildProcessError:
                 pass
+    _drained.wait(1.0)  # what they wrote last reaches the log
     os.killpg(0, signal.SIGKILL)
+
+
+def _copy_to_log(source: int, log: str) -> None:
+    """Append what comes out of ``source`` to ``log``, rotated at ``LOG_CAP``, until every writer
+    has closed it. It is read whatever happens to the log, so the server never blocks on a full
+    pipe; what cannot be written is dropped. The log is opened for each write, so guards of the
+    same command that share it all follow its rotation."""
+    while data := os.read(source, 1 << 16):
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, data)
+                full = os.fstat(fd).st_size >= LOG_CAP
+            finally:
+                os.close(fd)
+            if full:
+                os.replace(log, log + ".1")
+        except OSError:
+            pass
+    _drained.set()
 
 
 def main() -> None:
@@ -69,21 +96,22 @@ def main() -> None:
         sys.exit(1)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _kill_all)
+    source, sink = os.pipe()
+    _drained.clear()
     pid = os.fork()
     if pid == 0:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         terminal = os.dup(2)
         os.set_inheritable(terminal, False)
-        try:
-            os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), 2)
-        except OSError:
-            pass  # no log to write: stderr stays where it was
+        os.dup2(sink, 2)
         try:
             os.execvp(command[0], command)
         except OSError as e:
             os.write(terminal, f"cannot start the MCP server {command[0]!r}: {e}\n".encode())
             os._exit(127)
+    os.close(sink)
+    threading.Thread(target=_copy_to_log, args=(source, log), daemon=True).start()
     os.waitpid(pid, 0)
     _kill_all()
 

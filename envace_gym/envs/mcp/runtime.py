@@ -10,6 +10,7 @@ episode's reset does not wait for a server to boot.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -65,9 +66,12 @@ class Stdio:
 
     @property
     def log(self) -> Path:
-        """Where the server's stderr goes: ``$ENVACE_CACHE/mcp-logs/`` (one file per command name)."""
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.command).name)[:60] or "server"
-        return cache_dir("mcp-logs") / f"{stem}.log"
+        """Where the server's stderr goes: ``$ENVACE_CACHE/mcp-logs/``, one file (and its rotated
+        ``.1``, see :mod:`guard`) per command line, named by the command, its first argument that
+        is not an option (a script, a module, a package) and a hash of the whole line."""
+        words = [self.command, *(a for a in self.args if not a.startswith("-"))][:2]
+        stem = "-".join(re.sub(r"[^A-Za-z0-9._-]+", "_", Path(w).name)[:40] for w in words)
+        return cache_dir("mcp-logs") / f"{stem}-{hashlib.sha256(self.name.encode()).hexdigest()[:10]}.log"
 
     def target(self):
         """The transport of one session: the server under its guard. The guard's own stderr is the
