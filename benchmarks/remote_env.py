@@ -27,7 +27,7 @@ import requests
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.remote import RemoteEnv
+from envace_gym.integrations.openenv.client import RemoteEnv
 
 
 def record(env_id: str, n: int) -> list[tuple[str, list]]:

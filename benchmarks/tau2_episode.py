@@ -85,7 +85,7 @@ def med(xs) -> float:
 def live_rss(domain: str, split: str, side: str, n: int) -> float:
     """KiB of RSS per extra live episode (one real call into each, with its state held)."""
     env = gym.make(f"EnvACE/tau2-{domain}-v0", split=split)
-    ids = [t for t in env.unwrapped.task_ids if env.unwrapped.suite.gold_calls(env.unwrapped.suite.task(t))]
+    ids = [t for t in env.unwrapped.task_ids if env.unwrapped.suite.grader.gold_calls(env.unwrapped.suite.task(t))]
     warm = agents.load("oracle", env=env)
     for task_id in ids:  # the per-task caches exist once per process, not per episode
         envace_episode(env, warm, task_id)

@@ -9,18 +9,19 @@ from typing import Any
 
 import gymnasium as gym
 
-from envace_gym.endpoint import ModelServerError
+from envace_gym.bounded import OVER_TIME, Response, checked, execute
+from envace_gym.dynamics import DYNAMICS, get as get_dynamics
+from envace_gym.openai_client import ModelServerError
+from envace_gym.episode import CallRecord, Episode, recorded, recording_key
 from envace_gym.errors import ErrorCode, ToolError, error_code_of_text
 from envace_gym.fidelity import fidelity
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded
 from envace_gym.messages import (MAX_DUMP_GROWTH, ToolCall, assistant_message, escape_tags, parse_act,
                                  rehearsal_content, tool_message)
-from envace_gym.rehearsal import REHEARSAL_FORMATS, ResponseCache, prompted_messages
-from envace_gym.rewards import DEFAULT_REWARD, RewardFn, check_reward, compute_reward, resolve_reward
+from envace_gym.rehearse_prompts import REHEARSAL_FORMATS, ResponseCache, prompted_messages
+from envace_gym.rewards import RewardFn, check_reward, compute_reward, resolve_reward
 from envace_gym.spaces import ActionSpace, ObservationSpace
-from envace_gym.suite import OVER_TIME, CallRecord, Episode, Response, Suite, User, checked, execute, recorded, recording_key
-
-DYNAMICS = ("real", "rehearsed", "simulated", "replay", "mixed", "shadow")
+from envace_gym.suite import Suite, User
 
 
 class EnvACEEnv(gym.Env):
@@ -47,7 +48,7 @@ class EnvACEEnv(gym.Env):
     itself ending with the pending call (the response goes where the chat template
     puts a tool message), and with ``"prompted"`` a separate simulator prompt with
     the tool's schema and earlier calls of the same tool (from this episode and from
-    ``response_cache``, a :class:`~envace_gym.rehearsal.ResponseCache` that real
+    ``response_cache``, a :class:`~envace_gym.rehearse_prompts.ResponseCache` that real
     responses are added to).
 
     Example::
@@ -137,7 +138,7 @@ class EnvACEEnv(gym.Env):
         self._pending: deque[tuple[ToolCall, str]] = deque()  # calls and who answers each
         self._turn, self._turn_steps, self._transferred, self._error = 0, 0, False, None
         self._rehearsal_errors = 0
-        self._replay_table = self._recording_table(task) if dynamics == "replay" else None
+        self._replay_table = self._recording_table(dynamics, task)
         self.episode.messages.append({"role": "user", "content": self._user.opening(world)})
         return self._obs(), self._info([])
 
@@ -258,7 +259,7 @@ class EnvACEEnv(gym.Env):
                              or self._default_reward(clone.episode.dynamics, ep.task))
             check_reward(clone._reward, clone.episode.dynamics)
         if dynamics is not None:
-            clone._replay_table = self._recording_table(ep.task) if dynamics == "replay" else None
+            clone._replay_table = self._recording_table(dynamics, ep.task)
             # pending calls are answered as the new dynamics answer them
             clone._pending = deque((call, clone._source()) for call, _ in clone._pending)
             try:
@@ -375,18 +376,19 @@ class EnvACEEnv(gym.Env):
 
     def _advance(self, records: list[CallRecord]) -> None:
         """Answer pending calls until one needs a rehearse turn by the acting agent."""
+        shadow = DYNAMICS[self.episode.dynamics].shadow
         while self._pending and self.episode.ended_by is None:
-            call, source = self._pending[0]
+            call, answers = self._pending[0]
             error = self._check(call)
             if error is not None:
                 self._answer(call, "rejected", error.content(), records)
-            elif source == "rehearse":
+            elif answers == "policy" or (answers == "world" and shadow):
                 self.action_space.role = "rehearse"
                 return
-            elif source == "real":
+            elif answers == "world":
                 source, response = self._execute(call)
                 self._answer(call, source, response.content, records, native=response.native)
-            elif source == "replay":
+            elif answers == "recording":
                 self._answer(call, "replay", self._replayed(call), records)
             else:
                 text = self._guarded(self.simulator.act, self._obs())
@@ -398,17 +400,17 @@ class EnvACEEnv(gym.Env):
         self.action_space.role = "act"
 
     def _source(self) -> str:
-        """Who answers the next call under this episode's dynamics (``mixed`` draws per call)."""
-        dynamics = self.episode.dynamics
-        if dynamics == "mixed":
-            return "real" if self.np_random.random() < self.p_real else "rehearse"
-        return {"real": "real", "replay": "replay", "simulated": "simulated"}.get(dynamics, "rehearse")
+        """Who answers the next call under this episode's dynamics (``either``: a coin per call)."""
+        answers = DYNAMICS[self.episode.dynamics].answers
+        if answers == "either":
+            return "world" if self.np_random.random() < self.p_real else "policy"
+        return answers
 
     def _rehearse(self, action: Any, records: list[CallRecord]) -> None:
-        call, _ = self._pending[0]
+        call, answers = self._pending[0]
         rehearsed, parsed = rehearsal_content(action, self.limits.response_chars)
         self._rehearsal_errors += not parsed
-        if self.episode.dynamics != "shadow":
+        if answers != "world":  # the world answers a rehearsed call under shadow dynamics only
             self._answer(call, "rehearsed", rehearsed, records)
             return
         source, response = self._execute(call)
@@ -437,14 +439,18 @@ class EnvACEEnv(gym.Env):
         return checked(call.name, Response(text=answer), self.limits, "the recorded").content  # as real ones are
 
     def _default_reward(self, dynamics: str, task) -> str | RewardFn:
-        """The dynamics' default reward, or for a task without gold the suite's judge (if it has one)."""
-        judge = None if self.suite.has_gold(task) else self.suite.judge_reward()
-        return judge if judge is not None else DEFAULT_REWARD[dynamics]
+        """The dynamics' default reward, or for a task without gold the grader's judge (if it has one)."""
+        grader = self.suite.grader
+        judge = None if grader.has_gold(task) else grader.judge_reward()
+        return judge if judge is not None else DYNAMICS[dynamics].default_reward
 
-    def _recording_table(self, task) -> dict:
+    def _recording_table(self, dynamics: str, task) -> dict | None:
+        """The recorded responses that answer calls under ``dynamics`` (None where recordings answer none)."""
+        if DYNAMICS[dynamics].answers != "recording":
+            return None
         if self.recordings is None:
-            self.suite.require_gold(task)
-            table = self.suite.recordings(task)
+            self.suite.grader.require_gold(task)
+            table = self.suite.grader.recordings(task)
         else:
             table = {}
             for r in self.recordings:
@@ -475,7 +481,5 @@ class EnvACEEnv(gym.Env):
 
     @staticmethod
     def _check_dynamics(dynamics: str, simulator: Any) -> None:
-        if dynamics not in DYNAMICS:
-            raise ValueError(f"unknown dynamics {dynamics!r}; choose from {DYNAMICS}")
-        if dynamics == "simulated" and simulator is None:
-            raise ValueError("dynamics='simulated' needs a simulator= agent to answer tool calls")
+        if get_dynamics(dynamics).answers == "simulator" and simulator is None:
+            raise ValueError(f"dynamics={dynamics!r} needs a simulator= agent to answer tool calls")

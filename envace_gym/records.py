@@ -1,12 +1,15 @@
-"""Run and compare records (JSONL) as a pandas DataFrame with the dtypes the records mean."""
+"""The records that ``run``, ``compare`` and ``train`` write as JSONL: the type of a run record, the one
+writer and reader of the files, a pandas DataFrame with the dtypes the records mean, and the training curves."""
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from itertools import accumulate
 from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 # text columns that pandas' own JSON reader would turn into numbers or dates (task id "5" -> 5)
 TEXT_COLUMNS = ("task_id", "env_id", "split", "agent", "dynamics", "reward_source", "ended_by", "error", "tool")
@@ -14,6 +17,81 @@ TEXT_COLUMNS = ("task_id", "env_id", "split", "agent", "dynamics", "reward_sourc
 # messages.MAX_JSON_DEPTH deep), far below what json and the viewer can walk with recursion
 MAX_DEPTH = 256
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+class RunRecord(BaseModel):
+    """One episode of ``envace-gym run``: a line of its JSONL output, its fields in this order.
+
+    :mod:`~envace_gym.runner` builds it and yields ``model_dump()``; ``run --resume`` validates what it
+    reads back with it; the viewer, ``sft`` and the study read its fields; ``model_json_schema()`` is its
+    schema. The fields with a default keep it in the record of an episode that could not be played, and
+    the rehearsal fields in that of an agent that does not rehearse.
+    """
+
+    model_config = ConfigDict(strict=True)
+
+    task_id: str = Field(description="The task's id, as text.")
+    env_id: str | None = Field(description="The Gymnasium id of the env; None for an env made without a spec.")
+    split: str | None = Field(description="The suite's split the task comes from; None for a suite without splits.")
+    seed: int | None = Field(description="The episode's reset seed (run seeds episode i with --seed + i); None: "
+                                         "unseeded.")
+    reward: float = Field(allow_inf_nan=False, description="The terminal reward; 0 for an episode that failed "
+                                                           "(agent_error, worker_error).")
+    reward_source: str | None = Field(description="What scored the episode: world, actions, actions_share, replay, "
+                                                  "a judge, ...; None for an episode that ended before it was scored.")
+    reward_info: dict[str, Any] = Field(default_factory=dict, description="The reward's parts, as its reward "
+                                        "function reports them (info['reward_info']).")
+    dynamics: str = Field(description="What answered the tool calls: real, rehearsed, simulated, replay, mixed or "
+                                      "shadow.")
+    agent: str = Field(description="The agent's name, with its private rehearsal settings if it rehearses.")
+    turns: int = Field(description="The episode's turns (info['turn']).")
+    tool_calls: int = Field(description="The tool calls the agent made, whatever answered them.")
+    ended_by: str = Field(description="Why the episode ended: the env's reason (user_stop, transfer, max_turns, "
+                                      "time_limit, ...), agent_error (the agent or its model server raised) or "
+                                      "worker_error (its Ray worker kept failing).")
+    error: str | None = Field(default=None, description="What failed: the agent's exception, the worker's cause or "
+                                                        "the env's info['error'] (a failing judge or user); None when "
+                                                        "nothing did.")
+    seconds: float = Field(description="The episode's wall time in seconds, rounded to 4 decimals.")
+    fidelity: dict[str, Any] | None = Field(default=None, description="Under shadow dynamics, the mean fidelity "
+                                            "measures of the episode's calls (compare.summarize's 'all'); else None.")
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="The conversation at the episode's "
+                                           "end (chat messages): what sft trains on.")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="The tool schemas shown to the agent.")
+    opening_messages: int = Field(default=0, description="How many leading messages the episode opened with (system "
+                                  "prompt, the suite's opening, the user's first message); every later assistant "
+                                  "message is the agent's.")
+    real_call_ids: list[str] = Field(default_factory=list, description="The ids of the agent's tool calls that the "
+                                     "real world answered; the other tool messages were rehearsed, simulated, "
+                                     "replayed or validation errors.")
+    real_calls: int = Field(default=0, description="How many calls the real world answered: len(real_call_ids).")
+    rehearsal_attempts: int = Field(default=0, description="Private rehearsal: attempts imagined in forks of the "
+                                    "episode (0 for an agent that does not rehearse).")
+    rehearsal_turns: int = Field(default=0, description="Private rehearsal: generations (act and rehearse turns) in "
+                                 "those attempts.")
+    rehearsal_tokens: int = Field(default=0, description="Private rehearsal: tokens generated in those attempts "
+                                  "(exact for token agents, counted as words and symbols for others).")
+    rehearsal_seconds: float = Field(default=0.0, description="Private rehearsal: seconds spent rehearsing, rounded "
+                                     "to 4 decimals.")
+    private_context: list[dict[str, Any]] = Field(default_factory=list, description="Private rehearsal: per "
+                                                  "rehearsed turn, its position in messages, its attempts and the "
+                                                  "index of the chosen one (None: generated with their digest); "
+                                                  "left out of the JSON when empty.")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_context(self, handler) -> dict:
+        """The fields, ``private_context`` left out when empty."""
+        record = handler(self)
+        if not record.get("private_context"):
+            record.pop("private_context", None)
+        return record
+
+
+def write_record(file: IO[str], record: dict) -> None:
+    """Append ``record`` to an open JSONL file as one line, in one write, flushed: a reader never sees
+    half of it, and a killed writer leaves at most its last line partial."""
+    file.write(json.dumps(record) + "\n")
+    file.flush()
 
 
 def _depth(line: str) -> int:
@@ -55,20 +133,14 @@ def read(path: str | Path):
     return frame
 
 
-# what run's summary reads from each record it resumes, and the types it must have
-RUN_FIELDS = {"task_id": str, "seed": (int, type(None)), "reward": (int, float), "env_id": (str, type(None)),
-              "split": (str, type(None)), "agent": str, "dynamics": str, "reward_source": (str, type(None)),
-              "turns": int, "tool_calls": int, "ended_by": str, "seconds": (int, float)}
-
-
 def resume_records(path: str | Path, expected: dict) -> list[dict]:
     """The records of a ``run`` output that ``run --resume`` keeps: the first of each ``(task_id, seed)``.
 
     A last line that a killed run left partial is cut off the file (its episode is played again), and a
-    whole last line without its newline gets one. Every record must have :data:`RUN_FIELDS` (a finite
-    ``reward``) and the run settings of ``expected``: a field's value, or a tuple of the values it may
-    have (``reward_source`` may also be None: an episode that ended before it was scored); a setting
-    it lacks must be the same in every record. Else a ValueError names the file and line.
+    whole last line without its newline gets one. Every record must be a :class:`RunRecord` and have the
+    run settings of ``expected``: a field's value, or a tuple of the values it may have (``reward_source``
+    may also be None: an episode that ended before it was scored); a setting it lacks must be the same in
+    every record. Else a ValueError names the file and line. The records come back as ``RunRecord`` dumps.
     """
     path = Path(path)
     data = path.read_bytes()
@@ -85,13 +157,13 @@ def resume_records(path: str | Path, expected: dict) -> list[dict]:
     lines = data.decode("utf-8", "replace").split("\n")
     numbers = [number for number, line in enumerate(lines, 1) if line.strip()]  # of the lines rows() reads
     expected, kept = dict(expected), {}
-    for number, record in zip(numbers, rows(path)):
-        for field, types in RUN_FIELDS.items():
-            value = record.get(field, ...)
-            if isinstance(value, bool) or not isinstance(value, types) or (
-                    field == "reward" and not math.isfinite(value)):
-                raise ValueError(f"{path}:{number}: not a run record: {field} "
-                                 f"{'missing' if value is ... else f'is {value!r:.80}'}")
+    for number, row in zip(numbers, rows(path)):
+        try:
+            record = RunRecord.model_validate(row).model_dump()
+        except ValidationError as e:
+            field = str(e.errors()[0]["loc"][0])
+            raise ValueError(f"{path}:{number}: not a run record: {field} "
+                             f"{f'is {row[field]!r:.80}' if field in row else 'missing'}") from None
         for field in ("env_id", "split", "agent", "dynamics"):
             expected.setdefault(field, record[field])
         for field, want in expected.items():
@@ -102,3 +174,39 @@ def resume_records(path: str | Path, expected: dict) -> list[dict]:
                                  "or give another --out")
         kept.setdefault((record["task_id"], record["seed"]), record)
     return list(kept.values())
+
+
+TRAINING_PANELS = (  # the training curves: (title, metric keys of metrics.jsonl's rows)
+    ("reward by role", ("reward", "reward/act", "reward/rehearse")),
+    ("loss", ("loss/act", "loss/rehearse", "eval/loss/act", "eval/loss/rehearse")),
+    ("KL and clip fraction", ("kl/act", "kl/rehearse", "clip_fraction/act", "clip_fraction/rehearse")),
+    ("held-out evaluation", ("eval/reward", "eval/leaf_match", "eval/parsed")),
+)
+
+
+def training_figure(metrics: list[dict], title: str = ""):
+    """The curves of a training run's ``metrics.jsonl`` rows over its steps, one panel of
+    :data:`TRAINING_PANELS` per group with a number: a matplotlib figure, or None without one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def points(key: str) -> list[tuple]:
+        return [(r["step"], r[key]) for r in metrics if isinstance(r.get(key), (int, float)) and "step" in r]
+
+    panels = [(name, [k for k in keys if points(k)]) for name, keys in TRAINING_PANELS]
+    panels = [(name, keys) for name, keys in panels if keys]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 2.8), squeeze=False)
+    for ax, (name, keys) in zip(axes[0], panels):
+        for key in keys:
+            ax.plot(*zip(*points(key)), marker="o", ms=2, label=key)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import os
-import sys
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Callable
 
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
+
+from envace_gym.specs import import_module
 
 if TYPE_CHECKING:
     from envace_gym.suite import Suite
@@ -57,7 +54,7 @@ def _load_agent(name: str, env):
 
 def register_all() -> None:
     if REMOTE_ID not in gym.registry:
-        gym.register(id=REMOTE_ID, entry_point="envace_gym.remote:RemoteEnv", disable_env_checker=True)
+        gym.register(id=REMOTE_ID, entry_point="envace_gym.integrations.openenv.client:RemoteEnv", disable_env_checker=True)
     for env_id, (entry_point, kwargs) in ENV_IDS.items():
         if env_id not in gym.registry:
             # The env enforces its own turn limit and reports it as truncation. Gymnasium's
@@ -82,33 +79,6 @@ def register_suite(env_id: str, suite: Suite, **defaults) -> None:
     gym.registry.pop(env_id, None)
     gym.register(id=env_id, entry_point=partial(make_registered, partial(_suite_env, suite)), kwargs=defaults,
                  disable_env_checker=True, additional_wrappers=(SCORE_TRUNCATED,))
-
-
-def import_module(name: str) -> ModuleType:
-    """A module by dotted name (the working directory first on the path) or a ``.py`` file by path;
-    a failure of any kind is one ``ImportError`` that names it."""
-    try:
-        if not name.endswith(".py"):
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            return importlib.import_module(name)
-        path = Path(name).resolve()
-        known = sys.modules.get(path.stem)
-        if known is not None:
-            if getattr(known, "__file__", None) and Path(known.__file__).resolve() == path:
-                return known
-            raise ImportError(f"another module named {path.stem!r} is already imported; rename the file")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module  # before it runs: dataclasses and pickle look it up
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[path.stem]
-            raise
-        return module
-    except Exception as e:
-        raise ImportError(f"cannot import {name!r}: {type(e).__name__}: {e}") from e
 
 
 def resolve_env(spec: str) -> str:

@@ -7,34 +7,34 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Union
 
-from envace_gym.endpoint import ChatEndpoint, parse_spec
+from envace_gym.dynamics import DYNAMICS, get as get_dynamics
+from envace_gym.openai_client import ChatEndpoint
+from envace_gym.episode import Episode, recording_key
 from envace_gym.errors import ErrorCode
 from envace_gym.messages import parse_rehearsal, transcript
-from envace_gym.suite import Episode, recording_key
+from envace_gym.specs import parse_spec
 
 RewardFn = Callable[[Episode], Union[float, tuple[float, dict]]]
-DEFAULT_REWARD = {"real": "world", "shadow": "world", "rehearsed": "actions",
-                  "simulated": "actions", "replay": "actions", "mixed": "actions"}
-WORLD_DYNAMICS = ("real", "shadow")
+DEFAULT_REWARD = {name: d.default_reward for name, d in DYNAMICS.items()}  # each dynamics' default, by name
 
 
 def world_reward(episode: Episode) -> tuple[float, dict]:
-    """The suite's real evaluator on the episode's own world."""
-    return episode.suite.evaluate(episode.task, episode.world, episode)
+    """The grader's real evaluator on the episode's own world."""
+    return episode.suite.grader.evaluate(episode.task, episode.world, episode)
 
 
 def actions_reward(episode: Episode) -> tuple[float, dict]:
     """Match of the episode's calls against the task's gold actions."""
-    episode.suite.require_gold(episode.task)
-    return episode.suite.score_actions(episode.task, episode)
+    grader = episode.suite.grader
+    grader.require_gold(episode.task)
+    return grader.score_actions(episode.task, episode)
 
 
 def actions_share_reward(episode: Episode) -> tuple[float, dict]:
     """Partial credit: the share of the task's gold actions the episode's calls matched (1 when
-    it has none), from :meth:`~envace_gym.suite.Suite.score_actions`' ``action_checks``; a suite
+    it has none), from :meth:`~envace_gym.grader.Grader.score_actions`' ``action_checks``; a grader
     whose match has no per-action checks (BFCL's single-turn verdict) gives its 0 or 1."""
-    episode.suite.require_gold(episode.task)
-    value, parts = episode.suite.score_actions(episode.task, episode)
+    value, parts = actions_reward(episode)
     checks = parts.get("action_checks")
     if checks is None:
         share = value
@@ -46,10 +46,10 @@ def actions_share_reward(episode: Episode) -> tuple[float, dict]:
 def progress_reward(episode: Episode) -> tuple[float, dict]:
     """Partial credit from the transcript and the task alone (no world, so it works under every
     dynamics): the mean of ``actions_share`` and the share of the task's communicate items stated
-    (:meth:`~envace_gym.suite.Suite.communicate_checks`); ``actions_share`` alone for a task with none.
+    (:meth:`~envace_gym.grader.Grader.communicate_checks`); ``actions_share`` alone for a task with none.
     It is 1 on an episode that makes every gold call and says every item, below 1 otherwise."""
     share, parts = actions_share_reward(episode)
-    checks = episode.suite.communicate_checks(episode.task, episode)
+    checks = episode.suite.grader.communicate_checks(episode.task, episode)
     said = sum(c["met"] for c in checks) / len(checks) if checks else None
     value = share if said is None else (share + said) / 2
     return value, {**parts, "communicate_share": said, "communicate_checks": checks, "progress": value}
@@ -72,7 +72,7 @@ def strict_progress_reward(episode: Episode) -> tuple[float, dict]:
 
 def replay_reward(episode: Episode) -> tuple[float, dict]:
     """The episode's calls executed on a fresh world afterwards, then evaluated."""
-    return episode.suite.evaluate(episode.task, episode.replayed_world(), episode)
+    return episode.suite.grader.evaluate(episode.task, episode.replayed_world(), episode)
 
 
 def _assistant_calls(episode: Episode) -> list[list]:
@@ -90,7 +90,7 @@ def _assistant_calls(episode: Episode) -> list[list]:
 def _gold_groups(episode: Episode) -> list[list]:
     """The task's gold assistant calls grouped by their ``step`` (each its own step without one)."""
     groups: dict = {}
-    for i, call in enumerate(episode.suite.gold_calls(episode.task)):
+    for i, call in enumerate(episode.suite.grader.gold_calls(episode.task)):
         if call["requestor"] == "assistant":
             groups.setdefault(call.get("step", i), []).append(recording_key(call["name"], call["arguments"]))
     return list(groups.values())
@@ -154,13 +154,13 @@ JUDGE_INSTRUCTION = (
 class JudgeReward:
     """An LLM judge on any OpenAI-compatible server (``reward="judge:MODEL@BASE_URL"``).
 
-    The judge sees the suite's success criteria and the episode (system prompt left
+    The judge sees the grader's success criteria and the episode (system prompt left
     out); its reply is data: one bounded JSON object whose ``score`` must be a number
     in [0, 1], else the reward is 0 with a ``malformed_judgement`` error. ``endpoint``
     options (``timeout``, ``max_retries``, ``max_reply_bytes``) go to the
-    :class:`~envace_gym.endpoint.ChatEndpoint`, and may be given in the spec:
+    :class:`~envace_gym.openai_client.ChatEndpoint`, and may be given in the spec:
     ``judge:MODEL@BASE_URL?timeout=10&max_retries=1``. A server that cannot be reached
-    or answers badly raises :class:`~envace_gym.endpoint.ModelServerError`.
+    or answers badly raises :class:`~envace_gym.openai_client.ModelServerError`.
     """
 
     __name__ = "judge"
@@ -176,7 +176,7 @@ class JudgeReward:
         return cls(model, base_url, **options)
 
     def __call__(self, episode: Episode) -> tuple[float, dict]:
-        prompt = (f"What the task required:\n{episode.suite.criteria(episode.task)}\n\n"
+        prompt = (f"What the task required:\n{episode.suite.grader.criteria(episode.task)}\n\n"
                   f"The episode:\n{transcript(episode.messages[1:])[-self.max_chars:]}")
         reply = self.endpoint.chat([{"role": "system", "content": JUDGE_INSTRUCTION},
                                     {"role": "user", "content": prompt}],
@@ -210,7 +210,7 @@ def check_reward(reward: str | RewardFn, dynamics: str) -> None:
     if reward not in REWARDS:
         raise ValueError(f"unknown reward {reward!r}; use one of {sorted(REWARDS)}, "
                          "'judge:MODEL@BASE_URL' or a callable")
-    if reward == "world" and dynamics not in WORLD_DYNAMICS:
+    if reward == "world" and get_dynamics(dynamics).answers != "world":
         raise ValueError(f"reward='world' reads the real world, which {dynamics!r} dynamics never "
                          "touch; use reward='replay' or 'actions'")
 

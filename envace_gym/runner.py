@@ -4,14 +4,14 @@ several envs stepped together so that the agent answers their turns in one ``act
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import gymnasium as gym
 
 from envace_gym.agents import Agent
-from envace_gym.agents.private_rehearsal import ZERO, rehearsal_record
 from envace_gym.compare import summarize
-from envace_gym.endpoint import ModelServerError
+from envace_gym.openai_client import ModelServerError
+from envace_gym.records import RunRecord
 
 Play = Generator[dict, str, dict]  # yields observations, is sent actions, returns the record
 
@@ -29,20 +29,12 @@ def make_envs(env_id: str, n: int, **kwargs) -> list[gym.Env]:
 
 
 def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> dict:
-    """Play one episode to its end and describe it (the ``run`` record of DESIGN.md).
+    """Play one episode to its end and describe it: a :class:`~envace_gym.records.RunRecord`, dumped
+    (its fields say what each holds, the transcript that ``envace-gym sft`` trains on included).
 
     An agent whose model server fails, or whose own code raises, ends the episode: reward 0,
-    ``ended_by`` ``agent_error`` and the failure in ``error``.
-
-    The record also holds the transcript, what ``envace-gym sft`` trains on: ``messages``
-    (the conversation at the end), ``tools`` (the tool schemas), ``opening_messages`` (how
-    many leading messages the episode opened with: system prompt, the suite's opening, the
-    user's first message; every later assistant message is the agent's) and ``real_call_ids``
-    (the tool calls the real world answered; the other tool messages were rehearsed,
-    simulated, replayed or validation errors), and ``real_calls``, their count. A
-    :class:`~envace_gym.agents.PrivateRehearsal` agent's cost is in ``rehearsal_attempts``,
-    ``rehearsal_turns``, ``rehearsal_tokens`` and ``rehearsal_seconds`` (zeros for other agents),
-    its attempts in ``private_context``.
+    ``ended_by`` ``agent_error`` and the failure in ``error``. The agent's own fields
+    (:meth:`~envace_gym.agents.Agent.episode_stats`: a private rehearsal's cost) are in it.
     """
     return next(run_batched([env], agent, [(task_id, seed)]))
 
@@ -67,20 +59,20 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
     episode = env.unwrapped.episode
     shadowed = [{"tool": c.name, **c.fidelity} for c in episode.calls if c.fidelity is not None]
     real_ids = [c.id for c in episode.calls if c.source == "real" and c.requestor == "assistant"]
-    return {
-        "task_id": str(task_id), "env_id": env.spec.id if env.spec else None, "split": env.unwrapped.split,
-        "seed": seed, "reward": reward, "reward_source": info.get("reward_source"),
-        "reward_info": info.get("reward_info", {}), "dynamics": info["dynamics"], "agent": agent.name,
-        "turns": info["turn"], "tool_calls": n_calls, "ended_by": "agent_error" if failure else info["ended_by"],
-        "error": failure or info.get("error"), "seconds": round(time.perf_counter() - start, 4),
-        "fidelity": summarize(shadowed).get("all"),  # shadow dynamics: the mean fidelity of its calls
-        "messages": list(episode.messages), "tools": env.unwrapped.tools.schemas, "opening_messages": opening,
-        "real_call_ids": real_ids, "real_calls": len(real_ids),
-    } | rehearsal_record(agent)
+    return RunRecord(
+        task_id=str(task_id), env_id=env.spec.id if env.spec else None, split=env.unwrapped.split, seed=seed,
+        reward=reward, reward_source=info.get("reward_source"), reward_info=info.get("reward_info", {}),
+        dynamics=info["dynamics"], agent=agent.name, turns=info["turn"], tool_calls=n_calls,
+        ended_by="agent_error" if failure else info["ended_by"], error=failure or info.get("error"),
+        seconds=round(time.perf_counter() - start, 4),
+        fidelity=summarize(shadowed).get("all"),  # shadow dynamics: the mean fidelity of its calls
+        messages=list(episode.messages), tools=env.unwrapped.tools.schemas, opening_messages=opening,
+        real_call_ids=real_ids, real_calls=len(real_ids), **agent.episode_stats(),
+    ).model_dump()
 
 
 def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[str, int | None]],
-                reseed: bool = False) -> Iterator[dict]:
+                reseed: bool = False, on_turn: Callable[[int, float], None] | None = None) -> Iterator[dict]:
     """Play the ``(task_id, seed)`` episodes, ``len(envs)`` at a time, and yield their records as
     they end; an env whose episode ends starts the next one.
 
@@ -90,7 +82,8 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
     themselves). An exception from one ``act_batch`` (a model server's, or the agent's own)
     ends each episode of it as ``agent_error``. With one env this is :func:`run_episodes`, record for record.
     ``reseed``: each episode's agent randomness is seeded from its seed (``Agent.reseed``), so that its
-    record does not depend on which episodes ran before it or beside it.
+    record does not depend on which episodes ran before it or beside it. ``on_turn(n, seconds)`` is told
+    of each ``act_batch``: the turns it answered and how long it took.
     """
     actors = [agent, *(agent.bind(env) for env in envs[1:])]
     todo = iter(episodes)
@@ -111,11 +104,14 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
         for slot in running:
             groups.setdefault(id(actors[slot]), []).append(slot)
         for slots in groups.values():
+            started = time.perf_counter()
             try:
                 actions = actors[slots[0]].act_batch([running[s][1] for s in slots])
                 failure = None
             except Exception as e:  # a model server's or the agent's own code's: those episodes end
                 actions, failure = [None] * len(slots), e
+            if on_turn is not None:
+                on_turn(len(slots), time.perf_counter() - started)
             for slot, action in zip(slots, actions):
                 episode = running[slot][0]
                 try:
@@ -128,13 +124,11 @@ def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[
 
 def failed_record(env: gym.Env, agent_name: str, task_id: str, seed: int | None, error: str) -> dict:
     """The record of an episode that could not be played (its worker kept dying): reward 0, ``ended_by``
-    ``worker_error``, the cause in ``error``; the fields of :func:`run_episode`'s records."""
+    ``worker_error``, the cause in ``error``, every other field at its default (a dumped ``RunRecord``)."""
     inner = env.unwrapped
-    return {"task_id": str(task_id), "env_id": env.spec.id if env.spec else None, "split": inner.split, "seed": seed,
-            "reward": 0.0, "reward_source": None, "reward_info": {}, "dynamics": inner.dynamics, "agent": agent_name,
-            "turns": 0, "tool_calls": 0, "ended_by": "worker_error", "error": error, "seconds": 0.0, "fidelity": None,
-            "messages": [], "tools": [], "opening_messages": 0, "real_call_ids": [], "real_calls": 0,
-            } | dict(ZERO)
+    return RunRecord(task_id=str(task_id), env_id=env.spec.id if env.spec else None, split=inner.split, seed=seed,
+                     reward=0.0, reward_source=None, dynamics=inner.dynamics, agent=agent_name, turns=0,
+                     tool_calls=0, ended_by="worker_error", error=error, seconds=0.0).model_dump()
 
 
 def run_episodes(env: gym.Env | Sequence[gym.Env], agent: Agent, task_ids: Sequence[str], seed: int = 0,

@@ -27,7 +27,7 @@ def _corpus(env_id: str | None) -> list[str]:
     task = suite.task(suite.task_ids("base")[0])
     texts = [suite.system_prompt(task)]
     texts += [json.dumps(s) for s in suite.tools(task).schemas]
-    texts += [json.dumps(c) for t in suite.task_ids("base")[:40] for c in suite.gold_calls(suite.task(t))]
+    texts += [json.dumps(c) for t in suite.task_ids("base")[:40] for c in suite.grader.gold_calls(suite.task(t))]
     return texts
 
 

@@ -7,8 +7,13 @@ the training plots (so text naming a placeholder stays text), and the page's own
 screen as text nodes only, never as markup. Tables are paginated and transcripts built when opened,
 so a thousand long episodes open in a few seconds. No CDN, no network: the file opens from disk.
 
-The page's state lives in its URL fragment (``#tab=runs&q=retail&sort=-reward&open=3``), so a
-view can be linked, and checked by a headless browser.
+The page opens on a summary (counts, mean reward per dynamics and agent, mean leaf_match per tool as
+bars drawn by its script) above the tab that has data: episodes, else compared calls, else training.
+Fidelity and reward cells are shaded red (0) to green (1); an opened row's detail sits beside the
+list (under it in a narrow window, scrolled to), and an episode and its task's compared calls link
+to each other. The page's state lives in its URL fragment
+(``#tab=runs&q=retail&sort=-reward&open=3&task=7``), so a view can be linked, and checked by a
+headless browser.
 """
 
 from __future__ import annotations
@@ -22,14 +27,6 @@ from pathlib import Path
 from envace_gym import records
 from envace_gym.fidelity import flatten
 from envace_gym.messages import escape_tags, loads_bounded
-
-TRAINING_PANELS = (  # (title, metric keys of metrics.jsonl)
-    ("reward by role", ("reward", "reward/act", "reward/rehearse")),
-    ("loss", ("loss/act", "loss/rehearse", "eval/loss/act", "eval/loss/rehearse")),
-    ("KL and clip fraction", ("kl/act", "kl/rehearse", "clip_fraction/act", "clip_fraction/rehearse")),
-    ("held-out evaluation", ("eval/reward", "eval/leaf_match", "eval/parsed")),
-)
-
 
 def _diff(real, rehearsed) -> dict:
     """The leaf paths where the two responses differ (``fidelity.flatten``'s paths)."""
@@ -61,28 +58,13 @@ def _call(r: dict, source: str) -> dict:
 
 
 def _training_svg(rows: list[dict], title: str) -> str:
-    """Training curves as one inline SVG (matplotlib's SVG backend writes its text XML-escaped)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Training curves (:func:`records.training_figure`) as one inline SVG (matplotlib's SVG backend
+    writes its text XML-escaped); empty without a curve."""
+    fig = records.training_figure(rows, title)
+    if fig is None:
+        return ""
     import matplotlib.pyplot as plt
 
-    panels = [(name, [k for k in keys if any(isinstance(r.get(k), (int, float)) for r in rows)])
-              for name, keys in TRAINING_PANELS]
-    panels = [(name, keys) for name, keys in panels if keys]
-    if not panels:
-        return ""
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 2.8), squeeze=False)
-    for ax, (name, keys) in zip(axes[0], panels):
-        for key in keys:
-            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and "step" in r]
-            if points:
-                ax.plot(*zip(*points), marker="o", ms=2, label=key)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
     out = io.StringIO()
     fig.savefig(out, format="svg", metadata={"Date": None})
     plt.close(fig)
@@ -142,23 +124,37 @@ PAGE = """<!doctype html>
 <title>envace-gym view</title>
 <style>
 body{font:13px system-ui,sans-serif;margin:0;color:#222}header{background:#24324a;color:#fff;padding:8px 14px}
-nav button{margin-right:6px}main{padding:10px 14px}table{border-collapse:collapse;width:100%}
+header span{color:#b8c2d6;margin-left:8px}main{padding:10px 14px}table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}th{cursor:pointer;background:#f3f5f8}
-tr.row:hover{background:#eef4ff;cursor:pointer}.msg{border-left:4px solid #999;margin:6px 0;padding:4px 8px;white-space:pre-wrap}
+tr.row:hover{outline:2px solid #8ab;cursor:pointer}tr.sel{outline:2px solid #24324a}
+.msg{border-left:4px solid #999;margin:6px 0;padding:4px 8px;white-space:pre-wrap}
 .system{border-color:#888;background:#f6f6f6}.user{border-color:#2b7}.assistant{border-color:#36c}.tool{border-color:#c83}
 .err{color:#b00;font-weight:bold}.role{font-weight:bold;font-size:11px;text-transform:uppercase;color:#555}
 .call{font-family:monospace;background:#eef;padding:2px 4px;margin:2px 0}.side{display:flex;gap:12px}
-.side>div{flex:1;min-width:0}.json{font-family:monospace;white-space:pre-wrap}.diff{background:#ffd24d}
-#detail{margin-top:12px}details{margin:4px 0}.pager{margin:6px 0}.muted{color:#777}
+.side>div{flex:1;min-width:0}.json{font-family:monospace;white-space:pre-wrap;overflow-wrap:anywhere}.diff{background:#ffd24d}
+details{margin:4px 0}.pager{margin:6px 0}.muted{color:#777}
+#summary{display:flex;flex-wrap:wrap;gap:12px 32px;align-items:flex-start;padding-bottom:10px;margin-bottom:8px;border-bottom:1px solid #ddd}
+#summary h2{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:#555;margin:0 0 6px}
+#summary table{width:auto}#summary th{cursor:default}
+.tiles{display:grid;grid-template-columns:auto auto;gap:6px}.tile{background:#f3f5f8;border-radius:4px;padding:4px 10px}
+.tile b{display:block;font-size:18px}.tile.zero b{color:#aaa}.tile.bad b{color:#b00}
+.chart text{font-size:11px;fill:#222}.chart g.bar{cursor:pointer}.chart g.bar:hover .track{fill:#dde8ff}
+nav button.on{background:#24324a;color:#fff;border:1px solid #24324a}
+#work{display:flex;gap:14px;align-items:flex-start}#list{flex:1;min-width:0;overflow-x:auto}
+#detail{flex:0 0 56%;min-width:0;box-sizing:border-box;position:sticky;top:0;max-height:100vh;overflow:auto;
+  border-left:3px solid #24324a;padding:0 10px 10px}#detail:empty{display:none}#detail h3{margin:8px 0}
+#detail .links a{margin-right:14px}
+@media (max-width:900px){#work{display:block}#detail{position:static;max-height:none;border-left:0;border-top:3px solid #24324a}}
 </style></head><body>
-<header><b>envace-gym view</b> <span id="counts"></span></header>
+<header><b>envace-gym view</b><span id="counts"></span></header>
 <main>
+<section id="summary"></section>
 <nav><button data-tab="runs">Episodes</button><button data-tab="calls">Real vs rehearsed</button>
 <button data-tab="tools">Per tool</button><button data-tab="training">Training</button>
 <input id="q" placeholder="filter" size="30"></nav>
-<div class="pager" id="pager"></div>
-<table id="table"><thead></thead><tbody></tbody></table>
-<div id="detail"></div>
+<div id="work"><div id="list"><div class="pager" id="pager"></div>
+<table id="table"><thead></thead><tbody></tbody></table></div>
+<div id="detail"></div></div>
 <div id="training" hidden>__SVGS__</div>
 </main>
 <script type="application/json" id="data">__DATA__</script>
@@ -166,22 +162,40 @@ tr.row:hover{background:#eef4ff;cursor:pointer}.msg{border-left:4px solid #999;m
 "use strict";
 const DATA = JSON.parse(document.getElementById("data").textContent);
 const PAGE = 100;
+const FIDELITY = ["parsed", "shape", "leaf_match", "error_agree", "exact"];
 const COLUMNS = {
-  runs: ["i", "task_id", "reward", "reward_source", "dynamics", "turns", "real_calls", "ended_by", "error", "attempts"],
+  runs: ["i", "task_id", "reward", "reward_source", "dynamics", "agent", "turns", "real_calls", "ended_by", "error", "attempts"],
   calls: ["i", "task_id", "tool", "parsed", "leaf_match", "exact", "shape", "error_agree"],
-  tools: ["tool", "calls", "parsed", "leaf_match", "exact"],
+  tools: ["tool", "calls", "parsed", "leaf_match", "exact", "shape", "error_agree"],
+};
+const BESIDE = {  // the columns shown while a detail is open beside the list
+  runs: ["i", "task_id", "reward", "dynamics", "agent", "ended_by", "error"],
+  calls: ["i", "task_id", "tool", "parsed", "leaf_match", "exact"],
 };
 DATA.episodes.forEach((e, i) => e.i = i);
 DATA.calls.forEach((c, i) => c.i = i);
-function toolRows() {
+// the tab with data opens first, unless the URL fragment names one
+const FIRST = DATA.episodes.length ? "runs" : DATA.calls.length ? "calls" : DATA.training.length ? "training" : "runs";
+function mean(rows, k) {  // over the finite values (a boolean counts 0 or 1); null without one
+  const xs = rows.map(r => typeof r[k] === "boolean" ? Number(r[k]) : r[k])
+    .filter(v => typeof v === "number" && isFinite(v));
+  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null;
+}
+function groups(rows, key) {
   const by = new Map();
-  for (const c of DATA.calls) {
-    if (!by.has(c.tool)) by.set(c.tool, []);
-    by.get(c.tool).push(c);
+  for (const r of rows) {
+    const k = key(r);
+    if (!by.has(k)) by.set(k, []);
+    by.get(k).push(r);
   }
-  const mean = (rows, k) => rows.reduce((s, r) => s + Number(r[k] || 0), 0) / rows.length;
-  return [...by].map(([tool, rows]) => ({tool, calls: rows.length, parsed: mean(rows, "parsed"),
-    leaf_match: mean(rows, "leaf_match"), exact: mean(rows, "exact")}));
+  return by;
+}
+const TOOLS = [...groups(DATA.calls, c => c.tool)].map(([tool, rows]) =>
+  Object.assign({tool, calls: rows.length}, ...FIDELITY.map(k => ({[k]: mean(rows, k)}))));
+function shade(v, light) {  // red (0) to green (1); "" for what is not a number
+  if (typeof v === "boolean") v = Number(v);
+  if (typeof v !== "number" || !isFinite(v)) return "";
+  return `hsl(${Math.round(120 * Math.min(1, Math.max(0, v)))}, 65%, ${light}%)`;
 }
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -189,25 +203,97 @@ function el(tag, cls, text) {
   if (text !== undefined && text !== null) node.textContent = String(text);
   return node;
 }
+function svg(tag, attrs, text) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
 function state() {
-  const s = {tab: "runs", q: "", sort: "", page: "0", open: ""};
+  const s = {tab: FIRST, q: "", sort: "", page: "0", open: "", task: ""};
   for (const part of location.hash.slice(1).split("&")) {
     const [k, v] = part.split("=");
     if (k in s && v !== undefined) s[k] = decodeURIComponent(v);
   }
   return s;
 }
-function go(change) {
-  const s = Object.assign(state(), change);
-  location.hash = Object.entries(s).map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&");
+function fragment(change) {  // a link to the view with ``change``, the rest reset
+  const s = Object.assign({tab: FIRST, q: "", sort: "", page: "0", open: "", task: ""}, change);
+  return "#" + Object.entries(s).map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&");
+}
+function go(change) { location.hash = fragment(Object.assign(state(), change)); }
+function link(text, change) {
+  const a = el("a", "", text);
+  a.href = fragment(change);
+  return a;
 }
 function cell(v) {
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(3);
   if (typeof v === "boolean") return v ? "yes" : "no";
   return v === null || v === undefined ? "" : String(v);
 }
+function summary() {
+  const box = document.getElementById("summary");
+  const failed = DATA.episodes.filter(e => e.error).length;
+  const counts = el("div");
+  const tiles = el("div", "tiles");
+  for (const [n, label, bad] of [[DATA.episodes.length, "episodes"], [failed, "failed (error)", failed > 0],
+                                 [DATA.calls.length, "compared calls"], [DATA.training.length, "training runs"]]) {
+    const tile = el("div", bad ? "tile bad" : n ? "tile" : "tile zero");
+    tile.append(el("b", "", n), el("span", "muted", label));
+    tiles.append(tile);
+  }
+  counts.append(el("h2", "", "counts"), tiles);
+  box.append(counts);
+  if (DATA.episodes.length) {
+    const part = el("div"), table = el("table");
+    part.id = "by-dynamics";
+    const head = el("tr");
+    for (const c of ["dynamics", "agent", "episodes", "mean reward", "failed"]) head.append(el("th", "", c));
+    table.append(head);
+    for (const rows of groups(DATA.episodes, e => cell(e.dynamics) + "\\u0000" + cell(e.agent)).values()) {
+      const r = mean(rows, "reward"), tr = el("tr");
+      const td = el("td", "", r === null ? "" : r.toFixed(3));
+      if (r !== null) td.style.background = shade(r, 82);
+      tr.append(el("td", "", cell(rows[0].dynamics)), el("td", "", cell(rows[0].agent)), el("td", "", rows.length), td,
+                el("td", "", rows.filter(e => e.error).length));
+      table.append(tr);
+    }
+    part.append(el("h2", "", "reward by dynamics"), table);
+    box.append(part);
+  }
+  if (DATA.calls.length) box.append(fidelityChart());
+}
+function fidelityChart() {  // mean leaf_match per tool (the most-called first), all calls on top
+  const MAX = 12, LABEL = 200, BAR = 200, ROW = 18, num = v => v === null ? "–" : v.toFixed(2);
+  const tools = [...TOOLS].sort((a, b) => b.calls - a.calls || a.tool.localeCompare(b.tool));
+  const all = Object.assign({tool: "all calls", all: true, calls: DATA.calls.length},
+                            ...FIDELITY.map(k => ({[k]: mean(DATA.calls, k)})));
+  const rows = [all, ...tools.slice(0, MAX)];
+  const chart = svg("svg", {class: "chart", id: "fidelity-chart", width: LABEL + BAR + 170, height: rows.length * ROW + 4});
+  rows.forEach((r, n) => {
+    const y = n * ROW + 2, v = r.leaf_match, g = svg("g", {class: "bar"});
+    if (!r.all) g.dataset.tool = r.tool;
+    g.append(svg("title", {}, `${r.tool}: ${r.calls} calls, leaf_match ${num(v)}, exact ${num(r.exact)}, parsed ${num(r.parsed)}`),
+             svg("text", {x: LABEL - 6, y: y + 12, "text-anchor": "end", "font-weight": r.all ? "bold" : "normal"},
+                 r.tool.length > 30 ? r.tool.slice(0, 29) + "…" : r.tool),
+             svg("rect", {class: "track", x: LABEL, y, width: BAR, height: ROW - 4, fill: "#eef0f3"}));
+    if (v !== null) {
+      const width = Math.max(1, BAR * Math.min(1, Math.max(0, v)));
+      g.append(svg("rect", {x: LABEL, y, width, height: ROW - 4, fill: shade(v, 50)}));
+    }
+    g.append(svg("text", {x: LABEL + BAR + 6, y: y + 12},
+                 `${num(v)} · exact ${num(r.exact)} · ${r.calls} call${r.calls === 1 ? "" : "s"}`));
+    g.addEventListener("click", () => go({tab: "calls", q: r.all ? "" : r.tool, sort: "", page: "0", open: "", task: ""}));
+    chart.append(g);
+  });
+  const part = el("div"), more = tools.length > MAX ? ` (the ${MAX} most-called of ${tools.length})` : "";
+  part.append(el("h2", "", "fidelity per tool: mean leaf_match" + more), chart);
+  return part;
+}
 function rowsFor(s) {
-  let rows = s.tab === "runs" ? DATA.episodes : s.tab === "calls" ? DATA.calls : toolRows();
+  let rows = s.tab === "runs" ? DATA.episodes : s.tab === "calls" ? DATA.calls : TOOLS;
+  if (s.task && s.tab !== "tools") rows = rows.filter(r => r.task_id === s.task);
   if (s.q) {
     const q = s.q.toLowerCase();
     rows = rows.filter(r => COLUMNS[s.tab].some(k => cell(r[k]).toLowerCase().includes(q)));
@@ -224,21 +310,23 @@ function rowsFor(s) {
 }
 function draw() {
   const s = state();
-  document.getElementById("counts").textContent =
-    `${DATA.episodes.length} episodes · ${DATA.calls.length} compared calls · ${DATA.training.length} training runs`;
   document.getElementById("q").value = s.q;
+  const sizes = {runs: DATA.episodes.length, calls: DATA.calls.length, tools: TOOLS.length, training: DATA.training.length};
+  document.querySelectorAll("nav button").forEach(b => {
+    b.classList.toggle("on", b.dataset.tab === s.tab);
+    b.hidden = !sizes[b.dataset.tab] && b.dataset.tab !== s.tab;  // no empty tab on offer
+  });
   const training = s.tab === "training";
   document.getElementById("training").hidden = !training;
+  document.getElementById("work").hidden = training;
   const table = document.getElementById("table"), head = table.tHead, body = table.tBodies[0];
-  head.replaceChildren(); body.replaceChildren();
-  document.getElementById("pager").replaceChildren();
-  document.getElementById("detail").replaceChildren();
-  table.hidden = training;
+  const pager = document.getElementById("pager"), box = document.getElementById("detail");
+  head.replaceChildren(); body.replaceChildren(); pager.replaceChildren(); box.replaceChildren();
   if (training) {
     document.querySelectorAll("#training h3").forEach((h, i) => h.textContent = DATA.training[i] ? DATA.training[i].name : "");
     return;
   }
-  const columns = COLUMNS[s.tab], rows = rowsFor(s);
+  const open = s.open !== "" && s.tab !== "tools", columns = (open ? BESIDE : COLUMNS)[s.tab], rows = rowsFor(s);
   const tr = el("tr");
   for (const c of columns) {
     const th = el("th", "", c + (s.sort === c ? " ▲" : s.sort === "-" + c ? " ▼" : ""));
@@ -248,22 +336,36 @@ function draw() {
   head.append(tr);
   const page = Number(s.page) || 0, shown = rows.slice(page * PAGE, (page + 1) * PAGE);
   for (const r of shown) {
-    const row = el("tr", "row");
+    const row = el("tr", s.tab !== "tools" && String(r.i) === s.open ? "row sel" : "row");
     row.dataset.key = s.tab === "tools" ? r.tool : r.i;
     for (const c of columns) {
       const td = el("td", c === "error" && r[c] ? "err" : "", cell(r[c]));
+      const bg = FIDELITY.includes(c) || c === "reward" ? shade(r[c], 82) : "";
+      if (bg) td.style.background = bg;
       row.append(td);
     }
-    row.addEventListener("click", () => s.tab === "tools" ? go({tab: "calls", q: r.tool, page: "0", open: ""})
+    row.addEventListener("click", () => s.tab === "tools" ? go({tab: "calls", q: r.tool, page: "0", open: "", task: ""})
                                                            : go({open: String(r.i)}));
     body.append(row);
   }
   table.dataset.rows = rows.length;
-  const pager = document.getElementById("pager");
   pager.append(el("span", "muted", `${rows.length} rows · page ${page + 1} of ${Math.max(1, Math.ceil(rows.length / PAGE))} `));
+  if (s.task && s.tab !== "tools") {
+    pager.append(el("b", "", `task ${s.task} only `));
+    const clear = el("button", "", "show all tasks");
+    clear.onclick = () => go({task: "", page: "0", open: ""});
+    pager.append(clear, " ");
+  }
   if (page > 0) { const b = el("button", "", "previous"); b.onclick = () => go({page: String(page - 1)}); pager.append(b); }
   if ((page + 1) * PAGE < rows.length) { const b = el("button", "", "next"); b.onclick = () => go({page: String(page + 1)}); pager.append(b); }
-  if (s.open !== "") (s.tab === "runs" ? showEpisode : showCall)(Number(s.open));
+  if (open) {
+    const close = el("button", "", "close ✕");
+    close.onclick = () => go({open: ""});
+    box.append(close);
+    (s.tab === "runs" ? showEpisode : showCall)(Number(s.open), s);
+    const at = box.getBoundingClientRect();  // stacked under the list (a narrow window): bring it into view
+    if (at.top > innerHeight / 2 || at.bottom < 0) box.scrollIntoView({block: "start"});
+  }
 }
 function jsonTree(value, path, marked) {
   const out = el("div", "json");
@@ -288,18 +390,17 @@ function jsonTree(value, path, marked) {
   return out;
 }
 function parsed(text) { try { return JSON.parse(text); } catch (e) { return text; } }
-function showCall(i) {
+function showCall(i, s) {
   const c = DATA.calls[i], box = document.getElementById("detail");
   if (!c) return;
   box.append(el("h3", "", `${c.tool} · task ${c.task_id}`), el("div", "call", JSON.stringify(c.arguments)));
   box.append(el("p", "", `parsed ${cell(c.parsed)} · leaf_match ${cell(c.leaf_match)} · exact ${cell(c.exact)} · ` +
                          `${c.diff.real.length + c.diff.rehearsed.length} differing leaves`));
-  const episode = DATA.episodes.find(e => e.task_id === c.task_id);
-  if (episode) {
-    const link = el("a", "", "open this task's episode");
-    link.href = `#tab=runs&q=&sort=&page=0&open=${episode.i}`;
-    box.append(link);
-  }
+  const episodes = DATA.episodes.filter(e => e.task_id === c.task_id), links = el("p", "links");
+  if (episodes.length === 1) links.append(link("open this task's episode", {tab: "runs", open: String(episodes[0].i)}));
+  if (episodes.length > 1) links.append(link(`this task's ${episodes.length} episodes`, {tab: "runs", task: c.task_id}));
+  if (s.task !== c.task_id) links.append(link("this task's compared calls", {tab: "calls", task: c.task_id}));
+  box.append(links);
   const side = el("div", "side");
   for (const [name, text, marked] of [["real", c.real, c.diff.real], ["rehearsed", c.rehearsed, c.diff.rehearsed]]) {
     const col = el("div");
@@ -315,6 +416,13 @@ function showEpisode(i) {
   const e = DATA.episodes[i], box = document.getElementById("detail");
   if (!e) return;
   box.append(el("h3", "", `task ${e.task_id} · reward ${cell(e.reward)} (${cell(e.reward_source)}) · ${cell(e.ended_by)}`));
+  box.append(el("p", "muted", `${cell(e.dynamics)} dynamics · agent ${cell(e.agent)} · ${cell(e.source)}`));
+  const calls = DATA.calls.filter(c => c.task_id === e.task_id).length;
+  if (calls) {
+    const links = el("p", "links");
+    links.append(link(`this task's ${calls} compared call${calls === 1 ? "" : "s"}`, {tab: "calls", task: e.task_id}));
+    box.append(links);
+  }
   if (e.error) box.append(el("p", "err", e.error));
   const info = el("details");
   info.append(el("summary", "", "reward_info"), el("div", "json", JSON.stringify(e.reward_info, null, 1)));
@@ -347,10 +455,13 @@ function showEpisode(i) {
     } else box.append(div);
   });
 }
+document.getElementById("counts").textContent =
+  [...new Set([...DATA.episodes, ...DATA.calls].map(r => r.source).concat(DATA.training.map(t => t.name)))].join(" · ");
 document.querySelectorAll("nav button").forEach(b => b.addEventListener("click", () =>
-  go({tab: b.dataset.tab, q: "", sort: "", page: "0", open: ""})));
+  go({tab: b.dataset.tab, q: "", sort: "", page: "0", open: "", task: ""})));
 document.getElementById("q").addEventListener("change", ev => go({q: ev.target.value, page: "0", open: ""}));
 window.addEventListener("hashchange", draw);
+summary();
 draw();
 document.body.dataset.ready = "1";
 </script></body></html>

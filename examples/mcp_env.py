@@ -1,6 +1,6 @@
 """Your own MCP server as a Gymnasium env: a command (stdio) or a URL (streamable HTTP).
 
-    python examples/mcp_env.py                               # the bank server of the tests
+    python examples/mcp_env.py                               # the notes server beside it
     python examples/mcp_env.py "python my_server.py"         # yours (then write your own tasks)
     python examples/mcp_env.py http://127.0.0.1:8000/mcp
 
@@ -14,9 +14,9 @@ from pathlib import Path
 from envace_gym import agents
 from envace_gym.envs.mcp import make_env
 
-server = sys.argv[1] if len(sys.argv) > 1 else [sys.executable, str(Path(__file__).parents[1] / "tests/mcp_server.py")]
-tasks = [{"id": "balance", "user": "What is the balance of account A-1?",
-          "gold": [{"name": "get_balance", "arguments": {"account_id": "A-1"}}]}]
+server = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).with_name("mcp_notes_server.py"))
+tasks = [{"id": "write", "user": "Please note that the review moved to Friday.",
+          "gold": [{"name": "add_note", "arguments": {"title": "review", "text": "moved to Friday"}}]}]
 env = make_env(server, tasks, dynamics="real", reward="tool_f1")  # or dynamics="rehearsed", "shadow", ...
 oracle = agents.load("oracle", env=env)
 obs, info = env.reset(seed=0)

@@ -269,7 +269,7 @@ def missed_arguments(episode) -> list[str]:
     left out (``"NAME.KEY"``)."""
     made = [(c.name, c.arguments or {}) for c in episode.calls if c.requestor == "assistant" and c.ran]
     out = []
-    for gold in episode.suite.gold_calls(episode.task):
+    for gold in episode.suite.grader.gold_calls(episode.task):
         if gold["requestor"] != "assistant":
             continue
         args = gold["arguments"] or {}

@@ -135,7 +135,7 @@ def test_the_example_suite_file_runs_from_the_cli(dynamics, tmp_path):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["task_id"] for r in records] == ["vpn", "laptop"]
     assert all(r["reward"] == 1.0 and r["env_id"] == "MyOrg/helpdesk-v0" for r in records), result.output
-    expected = "world" if dynamics in ("real", "shadow") else "actions"
+    expected = "world" if dynamics in ("real", "shadow") else "replay"  # run scores every dynamics on the world
     assert {r["reward_source"] for r in records} == {expected}
 
 

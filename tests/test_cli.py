@@ -21,7 +21,7 @@ def test_run_writes_records_and_a_summary(tmp_path):
     assert list(frame.task_id.astype(str)) == ["0", "1", "2"]
     assert {"task_id", "reward", "reward_source", "reward_info", "dynamics", "agent", "turns",
             "tool_calls", "seconds"} <= set(frame.columns)
-    assert (frame.reward == 1.0).all() and (frame.reward_source == "actions").all()
+    assert (frame.reward == 1.0).all() and (frame.reward_source == "replay").all()  # comparable with real's world
     assert "mean reward 1.000" in result.output
 
 
@@ -315,3 +315,28 @@ def test_an_mcp_server_registered_in_a_file_runs_from_the_command_line(tmp_path)
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["task_id"] for r in records] == ["balance", "accounts"] and all(r["reward"] == 1.0 for r in records)
+
+
+def test_tasks_summarises_every_bfcl_entry_by_its_question():
+    for env_id in ("EnvACE/bfcl-multi-turn-base-v0", "EnvACE/bfcl-simple-python-v0"):
+        result = runner.invoke(app, ["tasks", env_id, "--json"])
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)
+        assert rows and all(r["summary"].strip() for r in rows), env_id
+
+
+def test_real_and_rehearsed_runs_score_the_same_calls_alike_and_a_suite_that_cannot_says_so(tmp_path):
+    means = {}
+    for dynamics in ("real", "rehearsed"):
+        out = tmp_path / f"{dynamics}.jsonl"
+        result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--agent", "noisy-oracle", "--dynamics",
+                                     dynamics, "--limit", "10", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        frame = pd.read_json(out, lines=True)
+        means[dynamics] = (list(frame.reward), set(frame.reward_source))
+    assert means["real"][0] == means["rehearsed"][0] and 0 < statistics.fmean(means["real"][0]) < 1
+    assert means["real"][1] == {"world"} and means["rehearsed"][1] == {"replay"}
+    bank = str(Path(__file__).parents[1] / "examples" / "mcp_register.py") + ":Bank/bank-v0"
+    result = runner.invoke(app, ["run", bank, "--dynamics", "rehearsed", "--out", str(tmp_path / "bank.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "do not compare" in " ".join(result.output.split())

@@ -748,3 +748,23 @@ def test_a_server_log_is_capped_rotated_and_its_own(tmp_path, monkeypatch):
     logs = [Stdio(command, tuple(args)).log for command, *args in servers]
     assert len(set(logs)) == len(servers) and logs[0] == Stdio(SERVER[0], tuple(SERVER[1:])).log
     assert "mcp_server.py" in logs[0].name and logs[0].parent == tmp_path / "mcp-logs"
+
+
+NOTES = Path(__file__).parents[1] / "examples" / "mcp_notes_server.py"
+
+
+def test_the_example_server_runs_from_a_python_file_on_this_interpreter_and_a_failing_one_says_why(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVACE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `python` on PATH at all: a .py file still starts
+    tasks = [{"id": "write", "user": "Note that the review moved.",
+              "gold": [{"name": "add_note", "arguments": {"title": "review", "text": "moved"}}]}]
+    for command in (f"python {NOTES}", str(NOTES)):
+        env = make_env(command, tasks, reward="tool_f1")
+        assert play(env, agents.load("oracle", env=env), "write")[0] == 1.0
+        env.close()
+    broken = tmp_path / "broken_server.py"
+    broken.write_text("import sys\nprint('cannot read settings.toml: no such file', file=sys.stderr)\nsys.exit(3)\n")
+    with pytest.raises(ServerError, match="cannot read settings.toml: no such file"):
+        env = make_env(f"python3 {broken}", tasks, startup_timeout=20)
+        env.reset(seed=0)

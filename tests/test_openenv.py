@@ -19,8 +19,8 @@ from websockets.sync.client import connect
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.integrations.openenv import EnvServer, jsonable, serving
-from envace_gym.remote import RemoteEnv
+from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
+from envace_gym.integrations.openenv.client import RemoteEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENENV_PYTHON = ROOT / ".venv-openenv" / "bin" / "python"  # made by `make setup`
@@ -226,7 +226,7 @@ def wait_for(predicate, seconds: float) -> bool:
 
 CLIENT = """
 import sys, time
-from envace_gym.remote import RemoteEnv
+from envace_gym.integrations.openenv.client import RemoteEnv
 env = RemoteEnv(sys.argv[1], timeout=30)
 env.reset(seed=0)
 env.step("hello")

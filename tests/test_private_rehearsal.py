@@ -83,7 +83,7 @@ def test_no_gold_derived_value_reaches_the_agent_or_the_scorer(monkeypatch, mode
         scored.append(episode.dynamics)
         return 0.31337, {"secret": SENTINEL, "gold": suite.gold_calls(task)}
 
-    monkeypatch.setattr(suite, "score_actions", leaky_score)
+    monkeypatch.setattr(suite.grader, "score_actions", leaky_score)
     seen, judged = [], []
 
     def scorer(obs, attempts):

@@ -18,9 +18,10 @@ from websockets.sync.client import connect
 from websockets.sync.server import serve
 
 import envace_gym  # noqa: F401
-from envace_gym.integrations import access
-from envace_gym.integrations.openenv import EnvServer, jsonable, serving
-from envace_gym.remote import RemoteEnv
+from envace_gym import agents
+from envace_gym.integrations.openenv import access
+from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
+from envace_gym.integrations.openenv.client import RemoteEnv
 from tests.test_openenv import MOCK, openenv_client
 
 TOKEN = "s3cret-token-for-tests"
@@ -213,7 +214,8 @@ def test_delta_sessions_send_what_is_new_so_a_steps_reply_does_not_grow_with_the
                 ws.recv(timeout=30)
                 sizes[mode] = []
                 for step in range(30):
-                    ws.send(json.dumps({"type": "step", "data": {"text": f"{step} " + "x" * 20_000}}))
+                    # a question the scripted user answers, so the conversation goes on
+                    ws.send(json.dumps({"type": "step", "data": {"text": f"{step} Do you confirm? " + "x" * 20_000}}))
                     sizes[mode].append(len(ws.recv(timeout=30)))
         assert sizes[""][-1] > 10 * sizes[""][0]  # OpenEnv's full observation: the whole conversation each time
         assert max(sizes["?observations=delta"]) < 2 * sizes["?observations=delta"][0]
@@ -221,6 +223,11 @@ def test_delta_sessions_send_what_is_new_so_a_steps_reply_does_not_grow_with_the
         local = remote.reset(seed=0), env.reset(seed=0)
         assert jsonable(local[0]) == jsonable(local[1])
         for step in range(10):
-            action = f"{step} " + "y" * 1000
+            action = f"{step} Do you confirm? " + "y" * 1000
             assert jsonable(list(remote.step(action))) == jsonable(list(env.step(action)))
         remote.close()
+
+
+def test_the_oracle_refuses_a_remote_env_in_one_line_since_gold_answers_never_cross_the_wire():
+    with pytest.raises(ValueError, match="gold answers never cross the wire"):
+        agents.load("oracle", env=RemoteEnv("http://127.0.0.1:9"))

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.cli import app
-from envace_gym.endpoint import ChatEndpoint, ModelServerError
+from envace_gym.openai_client import ChatEndpoint, ModelServerError
 from envace_gym.rewards import JudgeReward
 
 CHAT = {"role": "user", "content": "hi"}

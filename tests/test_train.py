@@ -89,3 +89,17 @@ def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_pa
     assert {"loss/act", "reward/act"} <= set(record)
     # the schedule counts training steps, however many rows (and minibatches) a step has
     assert record["lr"] == pytest.approx(1e-3) and trainer.scheduler.get_last_lr() == [0.0]
+
+
+def test_training_defaults_to_partial_credit_and_stops_when_no_group_can_learn(tiny, tmp_path):
+    trainer = Trainer(_config(tiny, tmp_path / "default", 1))
+    assert trainer.envs[0].unwrapped.reward == "strict_progress"  # the suite has gold: a reward with a spread
+    from envace_gym.training import TrainingStalled
+
+    flat = TrainConfig(**{**vars(_config(tiny, tmp_path / "flat", 3)), "reward": "actions", "stop_after_flat_steps": 2})
+    trainer = Trainer(flat)
+    with pytest.warns(RuntimeWarning, match="scored alike"):
+        record = trainer.train_step()  # a random tiny model never makes every gold call: 0 for all
+    assert record["reward_std"] == 0.0 and record["flat_groups"] == 1
+    with pytest.raises(TrainingStalled, match="2 steps in a row.*strict_progress"):
+        trainer.train_step()

@@ -7,7 +7,7 @@ import pytest
 
 import envace_gym  # noqa: F401
 from conftest import FakeChatServer
-from envace_gym.endpoint import ModelServerError
+from envace_gym.openai_client import ModelServerError
 from envace_gym.envs.tau2 import get_suite
 from envace_gym.envs.tau2.users import LLMUser, ScriptedUser
 
@@ -28,6 +28,16 @@ def test_scripted_user_stops_after_its_turn_limit():
     user = ScriptedUser(suite, suite.task("5"), max_turns=2)
     world = suite.new_world(suite.task("5"))
     assert [user.reply("hmm", world).stop for _ in range(3)] == [False, False, True]
+
+
+def test_scripted_user_ends_after_five_replies_in_a_row_with_nothing_to_answer():
+    suite = get_suite("retail")
+    user = ScriptedUser(suite, suite.task("5"))
+    world = suite.new_world(suite.task("5"))
+    said = [user.reply("Here is an update on your order.", world) for _ in range(4)]
+    assert not any(r.stop for r in said) and "anything else" in said[-1].text
+    assert user.reply("Do you confirm (yes/no)?", world).text.startswith("Yes")  # an answer resets the count
+    assert [user.reply("Noted.", world).stop for _ in range(5)] == [False] * 4 + [True]
 
 
 def test_scripted_telecom_user_acts_on_the_phone_when_asked():

@@ -3,6 +3,7 @@
 tables count, filter and sort right, an episode opens, a crafted pair highlights exactly the
 leaves that differ, and text from records never runs as script."""
 
+import html
 import json
 import shutil
 import subprocess
@@ -158,7 +159,8 @@ def test_a_page_of_odd_records_renders(odd_report):
     calls, console = dom(odd_report, "tab=calls&q=&sort=&page=0&open=")
     assert 'data-rows="1"' in calls and "<td>-Infinity</td>" in calls and "Uncaught" not in console
     training, _ = dom(odd_report, "tab=training")
-    assert training.count("<svg") == 1 and "train-__DATA__-__SVGS__</h3>" in training
+    plots = training.split('id="training"')[1]  # the summary's fidelity chart is an <svg> too
+    assert plots.count("<svg") == 1 and "train-__DATA__-__SVGS__</h3>" in plots
 
 
 def test_records_keep_line_separators_and_read_crlf(tmp_path):
@@ -196,3 +198,127 @@ def test_a_deeply_nested_response_text_is_shown_without_its_diff(tmp_path):
         page, console = dom(tmp_path / "report.html", "tab=calls&q=&sort=&page=0&open=0")
         detail = page.split('id="detail"')[1].split('id="training"')[0]
         assert 'data-ready="1"' in page and "Uncaught" not in console and detail.count("[" * 100000) == 2
+
+
+# the first screen: the page opens on the tab that has data, under a summary (counts, reward by
+# dynamics, fidelity per tool); an opened row shows its detail where the reader is looking
+
+
+def call(i: int, tool: str, leaf_match: float, task_id: str = "t1") -> dict:
+    return {"task_id": task_id, "tool": tool, "arguments": {"n": i}, "real": json.dumps(REAL),
+            "rehearsed": json.dumps(REHEARSED), "parsed": True, "shape": leaf_match, "leaf_match": leaf_match,
+            "error_agree": True, "exact": leaf_match == 1.0}
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict[str, Path]:
+    """One report per kind of input alone: a compare file (60 calls on three tools, one named by
+    hostile text), a run file (7 episodes, one failed) and a training folder."""
+    from envace_gym.viewer import render
+
+    folder = tmp_path_factory.mktemp("single")
+    calls = folder / "cmp.jsonl"
+    tools = ("lookup", "search", HOSTILE)
+    calls.write_text("".join(json.dumps(call(i, tools[i % 3], [1.0, 0.5, 0.0][i % 3], f"t{i % 5}")) + "\n"
+                             for i in range(60)))
+    runs = folder / "run.jsonl"
+    runs.write_text("".join(json.dumps(episode(f"t{i}", i / 10, f"hello {i}") | {"error": "boom" if i == 4 else None})
+                            + "\n" for i in range(7)))
+    train = folder / "train"
+    train.mkdir()
+    (train / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": s / 10}) + "\n" for s in range(1, 4)))
+    return {name: render([path], folder / f"{name}.html") for name, path in
+            (("compare", calls), ("run", runs), ("training", train))}
+
+
+def probe(report: Path, fragment: str, action: str, width: int = 1400) -> dict:
+    """Geometry after ``action`` (JavaScript, run once the page has drawn) in a ``width`` x 900
+    window: the scroll offset when ``action`` ends and once the page has answered it, and the
+    boxes of the detail, the table and the selected row, read by a script added to a copy of the page."""
+    script = """<script>
+(async () => {
+  const box = q => { const e = document.querySelector(q); return e && e.getBoundingClientRect().toJSON(); };
+  const out = {};
+  %s
+  out.before = scrollY;  // the page answers a click on the next hashchange
+  await new Promise(done => setTimeout(done, 300));
+  Object.assign(out, {after: scrollY, height: innerHeight, detail: box("#detail"), table: box("#table"),
+                      row: box("tr.sel")});
+  document.body.dataset.probe = JSON.stringify(out);
+})();
+</script></body>""" % action
+    copy = report.with_name(f"probe-{report.name}")
+    copy.write_text(report.read_text(encoding="utf-8").replace("</body>", script), encoding="utf-8")
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--virtual-time-budget=5000", f"--window-size={width},900", "--dump-dom",
+                           f"{copy.as_uri()}#{fragment}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(html.unescape(done.stdout.split('data-probe="')[1].split('"')[0]))
+
+
+@needs_browser
+def test_a_compare_file_opens_on_its_calls_under_the_per_tool_chart(single):
+    page, console = dom(single["compare"], "")
+    assert 'data-ready="1"' in page and "Uncaught" not in console
+    assert 'data-rows="60"' in page and ">0 rows" not in page and '<button data-tab="calls" class="on">' in page
+    assert '<button data-tab="runs" hidden="">' in page  # no empty Episodes tab on offer
+    chart = page.split('id="fidelity-chart"')[1].split("</svg>")[0]
+    assert chart.count('<g class="bar"') == 4 and 'data-tool="lookup"' in chart  # all calls, then each tool
+    assert "1.00 · exact 1.00 · 20 calls" in chart and "0.50 · exact 0.00 · 20 calls" in chart
+    assert "&lt;script&gt;document.title='pwned'" in chart and "pwned</title>" not in page  # a tool's name as text
+    assert 'id="by-dynamics"' not in page and "<b>60</b><span" in page  # no episodes: no reward table
+    leaf_match = [row.split("<td")[5] for row in page.split('<tr class="row"')[1:]]  # i, task_id, tool, parsed
+    assert len(leaf_match) == 60 and all('style="background:' in td for td in leaf_match)
+    assert len({td.split('style="')[1].split('"')[0] for td in leaf_match}) == 3  # 1, 0.5 and 0: three colours
+
+
+@needs_browser
+def test_a_run_file_opens_on_its_episodes_under_reward_by_dynamics(single):
+    page, console = dom(single["run"], "")
+    assert 'data-ready="1"' in page and "Uncaught" not in console
+    assert 'data-rows="7"' in page and '<button data-tab="runs" class="on">' in page
+    assert '<button data-tab="calls" hidden="">' in page and 'id="fidelity-chart"' not in page
+    table = page.split('id="by-dynamics"')[1].split("</table>")[0]
+    assert "<td>real</td><td>x</td><td>7</td>" in table and ">0.300</td><td>1</td>" in table  # mean, failed
+    assert '<div class="tile bad"><b>1</b><span class="muted">failed (error)</span>' in page
+    training, _ = dom(single["training"], "")
+    assert '<div id="training">' in training and '<button data-tab="training" class="on">' in training
+    named, _ = dom(single["compare"], "tab=runs&q=&sort=&page=0&open=")  # a tab the fragment names wins
+    assert 'data-rows="0"' in named and '<button data-tab="runs" class="on">' in named
+
+
+@needs_browser
+def test_an_opened_call_is_beside_the_list_in_view(single):
+    click = 'const row = document.querySelectorAll("tr.row")[40]; row.scrollIntoView(); row.click();'
+    wide = probe(single["compare"], "", click)
+    detail, table, row = wide["detail"], wide["table"], wide["row"]
+    assert detail["left"] >= table["right"] and detail["width"] > 500  # beside the list
+    assert 0 <= detail["top"] < 100 and detail["bottom"] <= wide["height"]  # on screen, by the list's row 40
+    assert 0 <= row["top"] < wide["height"]  # and the clicked row still in view
+    narrow = probe(single["compare"], "", 'document.querySelector("tr.row").click();', width=800)
+    detail = narrow["detail"]  # stacked under the 60 rows, and scrolled to: all of it on screen
+    assert detail["top"] >= narrow["table"]["bottom"] and narrow["after"] > narrow["before"] + 1000
+    assert 0 <= detail["top"] and detail["bottom"] <= narrow["height"] and detail["height"] > 300
+
+
+@needs_browser
+def test_an_episode_and_its_compared_calls_link_to_each_other(report):
+    page, _ = dom(report, "tab=runs&q=&sort=&page=0&open=1")
+    links = html.unescape(page.split('id="detail"')[1])
+    assert 'href="#tab=calls&q=&sort=&page=0&open=&task=t1">this task\'s 1 compared call</a>' in links
+    calls, _ = dom(report, "tab=calls&q=&sort=&page=0&open=&task=t1")
+    assert 'data-rows="1"' in calls and "task t1 only" in calls
+    opened, _ = dom(report, "tab=calls&q=&sort=&page=0&open=0&task=")
+    assert 'href="#tab=runs&q=&sort=&page=0&open=1&task=">open this task\'s episode</a>' in html.unescape(opened)
+    t0, _ = dom(report, "tab=runs&q=&sort=&page=0&open=0")
+    detail = t0.split('id="detail"')[1].split('id="training"')[0]
+    assert "task t0 · reward 0" in detail and "compared call" not in detail  # t0 has none
+
+
+def test_view_writes_its_report_under_runs_by_default(tmp_path, monkeypatch):
+    records = tmp_path / "run.jsonl"
+    records.write_text(json.dumps({"task_id": "1", "reward": 1.0, "dynamics": "real", "messages": []}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["view", str(records)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "runs" / "report.html").is_file() and not (tmp_path / "report.html").exists()

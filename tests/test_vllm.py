@@ -20,7 +20,7 @@ import torch
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.vllm import INSTALL_HINT
-from envace_gym.endpoint import ModelServerError
+from envace_gym.openai_client import ModelServerError
 from envace_gym.rewards import JudgeReward
 
 try:

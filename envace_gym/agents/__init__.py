@@ -16,7 +16,7 @@ from envace_gym.agents.noisy_oracle import NoisyOracle
 from envace_gym.agents.oracle import OracleAgent
 from envace_gym.agents.private_rehearsal import PrivateRehearsal
 from envace_gym.agents.random_agent import RandomAgent
-from envace_gym.registration import import_module
+from envace_gym.specs import import_module, parse_spec
 
 AGENTS = {"oracle": OracleAgent, "noisy-oracle": NoisyOracle, "random": RandomAgent, "knn": KNNAgent}
 NAMES = ("oracle, noisy-oracle, random, knn, smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, openai:MODEL@BASE_URL, "
@@ -59,7 +59,6 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
         return VLLMAgent(arg, env, **kwargs)
     if kind == "openai" and "@" in arg:
         from envace_gym.agents.openai import OpenAIAgent
-        from envace_gym.endpoint import parse_spec
 
         model, base_url, options = parse_spec(name, "openai:")
         return OpenAIAgent(model, base_url, env, **options | kwargs)

@@ -25,6 +25,11 @@ class Agent(ABC):
     def reseed(self, seed: int) -> None:
         """Seed this agent's own randomness for the episode about to start (none: nothing to do)."""
 
+    def episode_stats(self) -> dict:
+        """This agent's fields of the current episode's run record (:class:`~envace_gym.records.RunRecord`),
+        such as its private rehearsal's cost; none by default."""
+        return {}
+
 
 class RoleSplit(Agent):
     """Two agents as one: ``actor`` takes act turns, ``rehearser`` takes rehearse turns."""

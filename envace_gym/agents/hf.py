@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,13 +13,28 @@ from envace_gym.cache import cache_dir as default_cache_dir
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PLAY_SETTINGS = "envace.json"  # in a checkpoint of `train`: the env, turn limit and tokens per turn it trained with
+
+
+def play_settings(path: str | Path) -> dict:
+    """What a checkpoint was trained to play with (``env_id``, ``max_turns``, ``max_new_tokens``);
+    empty for a model that is not a ``train`` checkpoint, or whose file is not such an object."""
+    try:
+        settings = json.loads((Path(path) / PLAY_SETTINGS).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(settings, dict):
+        return {}
+    return {k: v for k, v in settings.items() if (k == "env_id" and isinstance(v, str)) or
+            (k in ("max_turns", "max_new_tokens") and isinstance(v, int) and not isinstance(v, bool) and v > 0)}
 
 
 class HFAgent(TokenAgent):
     """Generation with ``transformers``: the tokenizer's chat template with ``tools=``, batched
     left-padded generation, greedy or sampled (``temperature``, ``top_p``), seeded.
 
-    ``path`` is a model directory or a ``.gguf`` file. :meth:`generate` returns
+    ``path`` is a model directory or a ``.gguf`` file. ``max_new_tokens`` defaults to what a ``train``
+    checkpoint was trained with (:func:`play_settings`), else 256. :meth:`generate` returns
     :class:`~envace_gym.agents.prompting.Generation` objects (text, prompt and
     completion token ids, and per-token log-probs under softmax(logits / temperature), the
     distribution a trainer recomputes; sampling has no hidden top-k cut).
@@ -27,7 +43,7 @@ class HFAgent(TokenAgent):
     name = "hf"
 
     def __init__(self, path: str | Path, env=None, *, model=None, tokenizer=None, device: str = "cpu",
-                 dtype: str | None = None, max_new_tokens: int = 256, temperature: float = 0.0,
+                 dtype: str | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = 0, batch_size: int = 8,
                  chat_template: str | None = None):
         import torch
@@ -46,6 +62,8 @@ class HFAgent(TokenAgent):
             where, dtype=getattr(torch, dtype) if dtype else None, **kwargs)
         self.model.to(device).eval()
         self.device, self.batch_size = device, batch_size
+        if max_new_tokens is None:
+            max_new_tokens = play_settings(where).get("max_new_tokens", 256)
         self.sampling = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0}
         if temperature > 0:  # top_k=0: no hidden top-50 cut (transformers' default when sampling)
             self.sampling.update(temperature=temperature, top_p=top_p, top_k=0)

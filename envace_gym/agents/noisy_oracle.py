@@ -131,7 +131,7 @@ class NoisyOracle(OracleAgent):
         if digits:
             i = self.rng.choice(digits)
             return value[:i] + self.rng.choice([d for d in "0123456789" if d != value[i]]) + value[i + 1:]
-        pool = sorted({v for c in self._unwrapped.suite.gold_calls(self._unwrapped.episode.task)
+        pool = sorted({v for c in self._unwrapped.suite.grader.gold_calls(self._unwrapped.episode.task)
                        for _, v in _leaves(c["arguments"]) if isinstance(v, str) and v != value
                        and not re.search(r"\d", v)})
         return self.rng.choice(pool) if pool else value + "s"

@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from envace_gym.agents.base import Agent
 from envace_gym.agents.prompting import is_inline_rehearsal
-from envace_gym.endpoint import ChatEndpoint
+from envace_gym.openai_client import ChatEndpoint
 from envace_gym.messages import format_tool_call
-from envace_gym.rehearsal import prompted_messages
+from envace_gym.rehearse_prompts import prompted_messages
 
 
 def to_api_messages(messages: list[dict]) -> list[dict]:
@@ -34,7 +34,7 @@ class OpenAIAgent(Agent):
     The chat API cannot be asked to write a tool message, so an inline rehearse
     turn is sent as the ``prompted`` simulator prompt of the same call. ``endpoint``
     options (``timeout``: seconds per call in all, retries included; ``max_retries``;
-    ``max_reply_bytes``) go to the :class:`~envace_gym.endpoint.ChatEndpoint`, and may be
+    ``max_reply_bytes``) go to the :class:`~envace_gym.openai_client.ChatEndpoint`, and may be
     given in the name: ``openai:MODEL@BASE_URL?timeout=10``. ``act_batch`` runs at most
     ``concurrency`` calls at once; a failing server raises ``ModelServerError`` naming the URL.
     """

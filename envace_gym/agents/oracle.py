@@ -11,8 +11,8 @@ import gymnasium as gym
 
 from envace_gym.agents.base import Agent
 from envace_gym.env import EnvACEEnv
+from envace_gym.episode import recording_key
 from envace_gym.messages import parse_act
-from envace_gym.suite import recording_key
 
 
 def _step_needs(step: Any) -> tuple[bool, Counter]:
@@ -43,6 +43,10 @@ class OracleAgent(Agent):
     def __init__(self, env: gym.Env):
         if env is None:
             raise ValueError("the oracle needs the env it plays in: load('oracle', env=env)")
+        if not isinstance(env.unwrapped, EnvACEEnv):
+            raise ValueError(f"the oracle reads the gold answers of an env in this process, and a "
+                             f"{type(env.unwrapped).__name__} has none (gold answers never cross the wire): "
+                             "play a remote env with a model agent, or with actions recorded in process")
         self.env = env
         self._episode = None
         self._plan: list = []
@@ -64,8 +68,8 @@ class OracleAgent(Agent):
             return env.real_response(call["name"], call["arguments"]).content
         if env.episode is not self._episode:
             self._episode, task = env.episode, env.episode.task
-            env.suite.require_gold(task)
-            self._plan = env.suite.oracle_plan(task)
+            env.suite.grader.require_gold(task)
+            self._plan = env.suite.grader.oracle_plan(task)
             # system prompt, the suite's opening messages, the user's first message
             self._opening = len(env.suite.opening_messages(task)) + 2
         cursor = self.cursor(obs)

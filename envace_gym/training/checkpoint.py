@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from envace_gym.agents.hf import PLAY_SETTINGS
+
 MANIFEST = "manifest.json"
 DIGEST = re.compile("[0-9a-f]{64}")
 STEP = re.compile("step-[0-9]+")
@@ -27,13 +29,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def save(folder: Path, model, tokenizer, state: dict, weights: dict | None = None) -> Path:
+def save(folder: Path, model, tokenizer, state: dict, weights: dict | None = None, play: dict | None = None) -> Path:
     """Write ``model``, ``tokenizer`` and the training ``state`` (tensors and plain data) to
-    ``folder``; ``weights``: the model's full state dict when the model holds only a shard."""
+    ``folder``; ``weights``: the model's full state dict when the model holds only a shard; ``play``:
+    the settings it was trained to play with (``PLAY_SETTINGS``, read by the hf agent and ``run``)."""
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, **({} if weights is None else {"state_dict": weights}))
     tokenizer.save_pretrained(tmp)
+    if play:
+        (tmp / PLAY_SETTINGS).write_text(json.dumps(play, indent=1))
     torch.save(state, tmp / "state.pt")
     files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
     (tmp / MANIFEST).write_text(json.dumps(files, indent=1))

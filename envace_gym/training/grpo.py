@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-ROLES = ("act", "rehearse")
+from envace_gym.training.config import ROLES
+
 ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2}
 
 

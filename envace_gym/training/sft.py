@@ -7,7 +7,7 @@ agent's assistant messages are ``act`` tokens, the tool messages the real world
 answered are ``rehearse`` tokens, everything else (system prompt, the suite's opening,
 user turns, template text, rehearsed or rejected tool responses) is context. The loss
 is the token-mean next-token NLL of each role, summed over the roles trained; the
-loop, checkpoints and metrics are :class:`~envace_gym.training.Trainer`'s.
+loop, checkpoints and metrics are :class:`~envace_gym.training.policy.Policy`'s, as GRPO's are.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
@@ -27,9 +27,10 @@ from envace_gym import agents
 from envace_gym.agents.prompting import ROLES as PROMPT_ROLES, render_prompt
 from envace_gym.messages import MAX_JSON_DEPTH, json_depth
 from envace_gym.runner import run_episodes
-from envace_gym.training.grpo import ROLE_IDS, ROLES, token_logprobs
+from envace_gym.training.config import ROLES, SFTConfig
+from envace_gym.training.grpo import ROLE_IDS, token_logprobs
+from envace_gym.training.policy import Policy
 from envace_gym.training.rollout import Rollout, _context_delta
-from envace_gym.training.trainer import Trainer
 
 Sequence = tuple[list[int], list[int]]  # token ids and their roles (ROLE_IDS)
 
@@ -156,55 +157,14 @@ def held_out_loss(model, sequences: list[Sequence], pad_id: int, batch: int = 4)
     return {role: total / count if count else None for role, (total, count) in sums.items()}
 
 
-@dataclass
-class SFTConfig:
-    """An SFT run; saved as ``config.json`` in the output folder."""
-
-    model: str  # hf:PATH or smollm2
-    env_id: str  # whose oracle plays the gold episodes (``source="gold"``) and the held-out ones
-    out: str
-    source: str = "gold"  # "gold" (the oracle's real episodes of ``split``) or a `run` JSONL file
-    split: str | None = "train"
-    eval_split: str | None = "test"  # held-out gold episodes for eval/loss/<role>
-    roles: list[str] = field(default_factory=lambda: list(ROLES))
-    epochs: int = 1
-    steps: int | None = None  # None: epochs × ceil(episodes / batch)
-    batch: int = 8  # episodes per step (one optimizer update)
-    minibatch: int = 2  # episodes per forward and backward (gradients accumulate over the batch)
-    lr: float = 1e-5
-    max_episodes: int | None = None
-    max_tokens: int = 4096  # an episode's token sequence is cut here
-    eval_every: int = 0  # 0: never
-    eval_tasks: int = 4
-    save_every: int = 50  # 0: only at the end
-    seed: int = 0
-    tensorboard: bool = True
-    lora_rank: int = 0
-    gradient_checkpointing: bool = False  # recompute each layer's activations in backward
-    env_kwargs: dict = field(default_factory=dict)  # more gym.make arguments for the gold episodes
-
-    def __post_init__(self):
-        if not self.model.startswith(("hf:", "smollm2")):
-            raise ValueError(f"sft trains a transformers model (hf:PATH or smollm2), got {self.model!r}")
-        if not set(self.roles) <= set(ROLES) or not self.roles:
-            raise ValueError(f"roles must be among {ROLES}, got {self.roles}")
-        for name in ("batch", "minibatch", "epochs", "eval_tasks", "max_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("eval_every", "save_every", "lora_rank"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)!r}")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be at least 1, got {self.steps!r}")
-
-
-class SFT(Trainer):
+class SFT:
     """Next-token training of both roles on recorded real episodes.
 
-    Shares :class:`Trainer`'s model loading (LoRA included), optimizer and linear
-    schedule, loop, metrics (``metrics.jsonl``, TensorBoard, ``metrics.png``) and
-    checkpoints (``step-N``, loadable as ``hf:OUT/step-N``; :meth:`resume`). A step is
-    one update on ``batch`` episodes of a fixed shuffled order (the data cursor).
+    Its :class:`~envace_gym.training.policy.Policy` holds the model (LoRA included), the
+    optimizer and linear schedule, the loop, the metrics (``metrics.jsonl``, TensorBoard,
+    ``metrics.png``) and the checkpoints (``step-N``, loadable as ``hf:OUT/step-N``;
+    :meth:`resume`). A step is one update on ``batch`` episodes of a fixed shuffled order
+    (the data cursor).
     """
 
     def __init__(self, config: SFTConfig):
@@ -217,11 +177,31 @@ class SFT(Trainer):
             raise ValueError(f"no episodes to train on in {config.source}")
         if config.steps is None:
             config.steps = config.epochs * math.ceil(len(records) / config.batch)
-        self._load_policy(config)
-        self._prepare_optimizer()
+        self.cfg, self.out = config, Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.play_settings: dict = {}  # SFT plays no episode: a checkpoint keeps the players' defaults
+        self.policy = Policy(config.model, seed=config.seed, lr=config.lr, steps=config.steps,
+                             lora_rank=config.lora_rank, gradient_checkpointing=config.gradient_checkpointing)
         self.sequences = [self._sequence(r, i) for i, r in enumerate(records)]
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.sequences)))
         self.step, self.cursor = 0, 0
+
+    # the policy's parts, read as the trainer's own
+    model = property(lambda self: self.policy.model)
+    tokenizer = property(lambda self: self.policy.tokenizer)
+
+    def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+        """Train to ``steps`` (:meth:`Policy.fit`); returns each step's metrics record, also given to
+        ``on_step`` as it is made."""
+        return self.policy.fit(self, on_step)
+
+    def save(self) -> Path | None:
+        """Write ``OUT/step-N`` (:meth:`Policy.save`)."""
+        return self.policy.save(self)
+
+    def resume(self) -> None:
+        """Continue from the latest checkpoint in ``out`` (:meth:`Policy.resume`)."""
+        self.policy.resume(self)
 
     def _sequence(self, record: dict, index: int) -> Sequence:
         """One episode's tokens, cut at ``max_tokens``; a record that cannot be laid out is one
@@ -247,18 +227,19 @@ class SFT(Trainer):
         counts = {role: sum(r.count(ROLE_IDS[role]) for _, r in rows) for role in ROLES}
         trained = [role for role in cfg.roles if counts[role]]
         sums = dict.fromkeys(ROLES, 0.0)
-        self.train_model.train()
-        self.optimizer.zero_grad()
+        policy = self.policy
+        policy.train_model.train()
+        policy.optimizer.zero_grad()
         for at in range(0, len(rows), cfg.minibatch):
-            parts = role_nll(self.train_model, rows[at:at + cfg.minibatch], self.tokenizer.pad_token_id)
+            parts = role_nll(policy.train_model, rows[at:at + cfg.minibatch], self.tokenizer.pad_token_id)
             for role in ROLES:
                 sums[role] += parts[role][0].item()
             if trained:  # the batch's token mean of each trained role, accumulated over minibatches
-                self.accelerator.backward(sum(parts[role][0] / counts[role] for role in trained))
-        self.accelerator.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
-        self.optimizer.step()
-        lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+                policy.accelerator.backward(sum(parts[role][0] / counts[role] for role in trained))
+        policy.accelerator.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+        policy.optimizer.step()
+        lr = policy.scheduler.get_last_lr()[0]
+        policy.scheduler.step()
         self.step += 1
         tokens = sum(len(ids) for ids, _ in rows)
         record = {"step": self.step, "episodes": len(rows), "tokens": tokens,

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 from envace_gym.env import EnvACEEnv
 from envace_gym.envs.bfcl import multi_turn, single_turn
 
 CATEGORIES = multi_turn.CATEGORIES + single_turn.CATEGORIES
 
 
-@cache
 def get_suite(category: str) -> multi_turn.MultiTurnSuite | single_turn.SingleTurnSuite:
     """The process-wide suite of one BFCL category (its entries are read once)."""
     if category in multi_turn.CATEGORIES:
-        return multi_turn.MultiTurnSuite(category)
+        return multi_turn.category_suite(category)
     if category in single_turn.CATEGORIES:
-        return single_turn.SingleTurnSuite(category)
+        return single_turn.category_suite(category)
     raise ValueError(f"unknown BFCL category {category!r}; choose from {CATEGORIES}")
 
 

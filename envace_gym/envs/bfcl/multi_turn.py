@@ -18,16 +18,20 @@ import json
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache, cached_property
 from typing import Any
 
 import mpmath
 
+from envace_gym.bounded import DumpedJSON, Response
 from envace_gym.envs.bfcl import source
 from envace_gym.envs.bfcl.schemas import openai_schema
+from envace_gym.episode import CallRecord, Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
 from envace_gym.state import deep_copy
-from envace_gym.suite import CallRecord, DumpedJSON, Episode, Response, Suite, Task, User, UserReply, World
+from envace_gym.suite import Suite, User, UserReply, World
 from envace_gym.tools import ToolSet
 
 from bfcl_eval.constants.default_prompts import (  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
@@ -193,9 +197,7 @@ class MultiTurnSuite(Suite):
     """One multi-turn category. Build it with :func:`envace_gym.envs.bfcl.get_suite`."""
 
     def __reduce__(self):  # pickled by reference: the process-wide suite of its category
-        from envace_gym.envs.bfcl import get_suite
-
-        return get_suite, (self.category,)
+        return category_suite, (self.category,)
 
     def __init__(self, category: str):
         if category not in CATEGORIES:
@@ -285,6 +287,11 @@ class MultiTurnSuite(Suite):
     def opening_messages(self, task: Task) -> list[dict]:
         return []
 
+    def summary(self, task: Task) -> str:
+        """The entry's first question."""
+        first = task.data.raw["question"][0] if task.data.raw["question"] else []
+        return " ".join(m["content"] for m in first if m["role"] == "user")
+
     def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User:
         if isinstance(kind, User):
             return kind
@@ -292,7 +299,16 @@ class MultiTurnSuite(Suite):
             return TurnUser(self, task)
         raise ValueError(f"BFCL users say the entry's questions: use user='scripted' or a User, not {kind!r}")
 
-    # evaluation ------------------------------------------------------------
+    @cached_property
+    def grader(self) -> MultiTurnGrader:
+        return MultiTurnGrader(self)
+
+
+class MultiTurnGrader(Grader):
+    """bfcl-eval's multi-turn verdict, and each turn's ground-truth calls as the gold."""
+
+    suite: MultiTurnSuite
+
     @staticmethod
     def turn_calls(episode: Episode) -> list[list[CallRecord]]:
         """The episode's calls grouped by the user turn they were made in."""
@@ -317,7 +333,7 @@ class MultiTurnSuite(Suite):
         if len(turns) < len(entry.gold):
             return 0.0, {"valid": False, "error_type": "multi_turn:force_terminated",
                          "turns": len(turns), "gold_turns": len(entry.gold)}
-        model, gold = self.new_world(task), self.new_world(task)
+        model, gold = self.suite.new_world(task), self.suite.new_world(task)
         results: list[str] = []
         for index, (calls, gold_calls) in enumerate(zip(turns, entry.gold)):
             for call in calls:
@@ -369,7 +385,6 @@ class MultiTurnSuite(Suite):
         return name, json.dumps({k: v for k, v in bound.arguments.items() if k != "self"},
                                 sort_keys=True, default=str)
 
-    # oracle ----------------------------------------------------------------
     def gold_calls(self, task: Task) -> list[dict]:
         return [{"name": c.name, "arguments": c.arguments, "requestor": "assistant"}
                 for turn in task.data.gold for c in turn]
@@ -384,3 +399,8 @@ class MultiTurnSuite(Suite):
                 plan.append(CANNOT)
         return plan
 
+
+@cache
+def category_suite(category: str) -> MultiTurnSuite:
+    """The process-wide suite of one category (its entries are read once)."""
+    return MultiTurnSuite(category)

@@ -7,15 +7,19 @@ names, dots included), and nothing runs.
 
 from __future__ import annotations
 
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
 
+from envace_gym.bounded import Response
 from envace_gym.envs.bfcl import source
 from envace_gym.envs.bfcl.schemas import openai_schema, tool_name
+from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
-from envace_gym.suite import Episode, Response, Suite, Task, User, World
+from envace_gym.suite import Suite, User, World
 from envace_gym.tools import ToolSet
 
 from bfcl_eval.constants.enums import Language  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
@@ -86,16 +90,13 @@ class SingleTurnSuite(Suite):
     one_step = True
 
     def __reduce__(self):  # pickled by reference: the process-wide suite of its category
-        from envace_gym.envs.bfcl import get_suite
-
-        return get_suite, (self.category,)
+        return category_suite, (self.category,)
 
     def __init__(self, category: str):
         if category not in CATEGORIES:
             raise ValueError(f"unknown BFCL single-turn category {category!r}; choose from {CATEGORIES}")
         self.category = self.name = category
         self._raw = source.entries(category)
-        self._answers = source.answers(category)
         self._toolsets: dict[str, ToolSet] = {}
 
     def task_ids(self, split: str | None = None) -> list[str]:
@@ -116,6 +117,10 @@ class SingleTurnSuite(Suite):
     def _messages(self, task: Task) -> list[dict]:
         return task.data["question"][0]
 
+    def summary(self, task: Task) -> str:
+        """The entry's question."""
+        return " ".join(m["content"] for m in self._messages(task) if m["role"] == "user")
+
     def system_prompt(self, task: Task) -> str:
         extra = [m["content"] for m in self._messages(task) if m["role"] == "system"]
         return "\n\n".join([SYSTEM_PROMPT, *extra])
@@ -134,23 +139,37 @@ class SingleTurnSuite(Suite):
             return QuestionUser(self._messages(task)[-1]["content"])
         raise ValueError(f"BFCL users say the entry's question: use user='scripted' or a User, not {kind!r}")
 
-    # evaluation --------------------------------------------------------------
+    @cached_property
+    def grader(self) -> SingleTurnGrader:
+        return SingleTurnGrader(self)
+
+
+class SingleTurnGrader(Grader):
+    """bfcl-eval's verdict on a single-turn answer, and gold calls from the category's possible answers."""
+
+    suite: SingleTurnSuite
+
+    def __init__(self, suite: SingleTurnSuite):
+        super().__init__(suite)
+        self.answers = source.answers(suite.category)
+
     def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
         """bfcl-eval's verdict on the calls: its AST checker, or (ir)relevance by call presence."""
+        category = self.suite.category
         calls = [c for c in episode.calls if c.error != str(ErrorCode.MALFORMED_CALL)]
         decoded = len(calls) == len(episode.calls)
-        if "irrelevance" in self.category:
+        if "irrelevance" in category:
             valid = not calls
             return float(valid), {"valid": valid, "calls": len(calls)}
-        if "relevance" in self.category:
+        if "relevance" in category:
             valid = bool(calls)
             return float(valid), {"valid": valid, "calls": len(calls)}
         if not decoded:
             return 0.0, {"valid": False, "error_type": "ast_decoder:decoder_failed"}
         names = {tool_name(d["name"]): d["name"] for d in task.data["function"]}
         output = [{names.get(c.name, c.name): c.arguments} for c in calls]
-        result = source.ast_checker()(task.data["function"], output, self._answers[task.id],
-                                      Language.PYTHON, self.category, CHECKER_MODEL)
+        result = source.ast_checker()(task.data["function"], output, self.answers[task.id],
+                                      Language.PYTHON, category, CHECKER_MODEL)
         return float(result["valid"]), {"valid": result["valid"], "error_type": result.get("error_type"),
                                         "error": result.get("error", [])[:3]}
 
@@ -158,21 +177,20 @@ class SingleTurnSuite(Suite):
         """The same verdict: a single-turn answer is its calls."""
         return self.evaluate(task, NoBackend(), episode)
 
-    # oracle ------------------------------------------------------------------
     def gold_calls(self, task: Task) -> list[dict]:
         """The first acceptable value of every parameter ("" marks one that may be left out).
 
         live_relevance has no ground truth (any call passes): its gold is one
         schema-valid call of the first function, drawn with a fixed seed.
         """
-        if task.id not in self._answers:
-            if "irrelevance" in self.category:
+        if task.id not in self.answers:
+            if "irrelevance" in self.suite.category:
                 return []
-            first = self.tools(task).names[0]
-            arguments = self.tools(task).sample_arguments(first, np.random.default_rng(0))
+            first = self.suite.tools(task).names[0]
+            arguments = self.suite.tools(task).sample_arguments(first, np.random.default_rng(0))
             return [{"name": first, "arguments": arguments, "requestor": "assistant"}]
         out = []
-        for answer in self._answers[task.id]:
+        for answer in self.answers[task.id]:
             (name, params), = answer.items()
             out.append({"name": tool_name(name), "arguments": _first_choices(params), "requestor": "assistant"})
         return out
@@ -182,3 +200,9 @@ class SingleTurnSuite(Suite):
         if not calls:
             return [NO_TOOL]
         return ["\n".join(format_tool_call(c["name"], c["arguments"]) for c in calls)]
+
+
+@cache
+def category_suite(category: str) -> SingleTurnSuite:
+    """The process-wide suite of one category (its entries are read once)."""
+    return SingleTurnSuite(category)

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envace_gym.suite import Task
 from envace_gym.envs.mcp.runtime import Http, InProcess, ServerError, Stdio
 from envace_gym.envs.mcp.suite import MCPEnv, MCPSuite, function_schema
 from envace_gym.envs.mcp.tasks import TaskRecord, finmcp_tasks, load_finmcp, load_tasks, unique_ids
 from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld, response_of
+from envace_gym.episode import Task
 
 SUITE_OPTIONS = ("name", "deterministic", "pool_size", "call_timeout", "startup_timeout")
 

@@ -18,6 +18,7 @@ import shlex
 import shutil
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -125,7 +126,29 @@ def server_spec(server: str | list | Stdio | Http | InProcess) -> Stdio | Http |
     parts = shlex.split(server) if isinstance(server, str) else [str(p) for p in server]
     if not parts:
         raise ValueError("an MCP server needs a command line or a URL")
+    if parts[0].endswith(".py"):  # a Python file runs on this interpreter, whatever `python` is on PATH
+        parts = [sys.executable, *parts]
+    elif re.fullmatch(r"python(3(\.\d+)?)?", Path(parts[0]).name) and len(parts) > 1 and parts[1].endswith(".py"):
+        parts[0] = sys.executable
+    if parts[0] == sys.executable and parts[1:] and parts[1].endswith(".py") and not Path(parts[1]).is_file():
+        raise ServerError(f"cannot start the MCP server {shlex.join(parts[1:])!r}: no file {parts[1]!r} at that path")
     return Stdio(parts[0], tuple(parts[1:]))
+
+
+def log_tail(log: Path, chars: int = 1500, wait: float = 1.0) -> str:
+    """The end of a server's log, as one line; waits up to ``wait`` seconds for the guard to copy
+    a server's last words there (empty when there are none)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with log.open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - chars))
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            lines = []
+        if lines or time.monotonic() > deadline:
+            return " | ".join(line.strip() for line in lines[-12:] if line.strip())
+        time.sleep(0.05)
 
 
 @dataclass(eq=False)
@@ -229,7 +252,11 @@ class Runtime:
         self._refill()
         session.ready.wait()
         if session.error is not None or session.done.is_set():
-            where = f"; its stderr is in {self.spec.log}" if isinstance(self.spec, Stdio) else ""
+            where = ""
+            if isinstance(self.spec, Stdio):
+                tail = log_tail(self.spec.log)
+                where = f"; its stderr ends: {tail} (all of it in {self.spec.log})" if tail else \
+                    f"; its stderr is in {self.spec.log}"
             raise ServerError(f"cannot open a session on the MCP server {self.spec.name} (it did not start or "
                               f"cannot be reached): {_describe(session.error)}{where}")
         with self._lock:

@@ -7,12 +7,16 @@ import dataclasses
 import time
 import weakref
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
+from envace_gym.bounded import Response
 from envace_gym.env import EnvACEEnv
+from envace_gym.episode import Task
+from envace_gym.grader import Grader
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
-from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Response, Suite, Task, World
+from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Suite, World
 from envace_gym.tools import MAX_TOOLS, ToolSet
 from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
 from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld
@@ -129,6 +133,14 @@ class MCPSuite(Suite):
     def opening_messages(self, task: Task) -> list[dict]:
         """A teacher-forced turn's gold history (see :func:`~envace_gym.envs.mcp.tasks.load_finmcp`)."""
         return copy.deepcopy((task.data or {}).get("history", []))
+
+    @cached_property
+    def grader(self) -> MCPGrader:
+        return MCPGrader(self)
+
+
+class MCPGrader(Grader):
+    """Gold calls in steps and user turns (FinMCP-Bench's), played and replayed from the task's recording."""
 
     def has_gold(self, task: Task) -> bool:
         return bool(task.gold)

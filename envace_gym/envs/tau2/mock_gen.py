@@ -21,7 +21,7 @@ from tau2.data_model.tasks import Task as Tau2Task
 
 from envace_gym.env import EnvACEEnv
 from envace_gym.envs.tau2.suite import Tau2Suite
-from envace_gym.suite import Task
+from envace_gym.episode import Task
 
 SIZES = {"train": 5000, "test": 200}
 # An estimate of a task's own turns in SmolLM2 tokens stays under BUDGET, so that whole episodes

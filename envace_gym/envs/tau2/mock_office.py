@@ -23,7 +23,7 @@ from itertools import count
 from envace_gym.env import EnvACEEnv
 from envace_gym.envs.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
 from envace_gym.envs.tau2.suite import Tau2World
-from envace_gym.suite import Task
+from envace_gym.episode import Task
 
 OFFICE_SEED = 2026
 USERS, TASKS = 8, 12

@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 from collections.abc import Mapping
-from functools import cache
-from typing import Any
+from functools import cache, cached_property
 
-from tau2.data_model.message import ToolCall as Tau2ToolCall
-from tau2.data_model.tasks import RewardType, Task as Tau2Task
+from tau2.data_model.tasks import Task as Tau2Task
 from tau2.environment.environment import Environment
 from tau2.environment.toolkit import ToolKitBase
 from tau2.utils import load_file
 from tau2.utils.pydantic_utils import update_pydantic_model_with_dict
 from tau2.utils.utils import DATA_DIR
 
+from envace_gym.bounded import DumpedJSON, Response
+from envace_gym.envs.tau2.grader import Tau2Grader
 from envace_gym.envs.tau2.users import GREETING, LLMUser, ScriptedUser, scenario_parts
+from envace_gym.episode import Task
 from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.messages import format_tool_call
-from envace_gym.state import cow_model, fork_model, model_diff
-from envace_gym.suite import DumpedJSON, Episode, Response, Suite, Task, User, World
+from envace_gym.state import cow_model, fork_model
+from envace_gym.suite import Suite, User, World
 from envace_gym.tools import ToolSet
 
 DOMAINS = ("retail", "airline", "telecom", "mock")
@@ -36,7 +35,6 @@ DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock":
 STATELESS_TOOLS = ("calculate",)  # evaluates an expression: run isolated, so `9**9**9` is cut short
 # a `calculate` expression without a power and this short costs microseconds: it runs in process
 PLAIN_ARITHMETIC_CHARS = 200
-AGENT_STOP = "###STOP###"
 AGENT_INSTRUCTION = (
     "You are a customer service agent that helps the user according to the <policy> provided below.\n"
     "In each turn you can either:\n- Send a message to the user.\n- Make a tool call.\n"
@@ -96,7 +94,6 @@ class Tau2Suite(Suite):
         self._tasks: dict[str, Task] = {}
         self._initial: dict[str, Tau2World] = {}
         self._gold: dict[str, Tau2World] = {}
-        self._gold_dumps: dict[str, tuple[dict, dict]] = {}  # task id -> dumps of its gold world's items
         # tau2's tools are Python functions: their keyword parameters are closed
         self._toolset = ToolSet([self._schema(t) for t in self._template.get_tools()], closed=True)
         self.user_toolset = (ToolSet([self._schema(t) for t in self._template.get_user_tools()], closed=True)
@@ -184,18 +181,6 @@ class Tau2Suite(Suite):
         env.sync_tools()
         return world
 
-    def gold_world(self, task: Task) -> Tau2World:
-        """The task's initial world after its gold actions, computed once (tau2's rules); read, never changed."""
-        if task.id not in self._gold:
-            world = self.new_world(task)
-            for action in self.gold_actions(task):
-                try:  # some gold actions fail by design (a lookup that finds nobody)
-                    world.env.make_tool_call(action.name, requestor=action.requestor, **action.arguments)
-                except Exception:
-                    pass
-            self._gold[task.id] = world
-        return self._gold[task.id]
-
     def opening_messages(self, task: Task) -> list[dict]:
         out = [{"role": "assistant", "content": GREETING}]
         history = (task.data.initial_state.message_history if task.data.initial_state else None) or []
@@ -220,110 +205,32 @@ class Tau2Suite(Suite):
             return LLMUser(self, task, seed=seed, **kwargs)
         raise ValueError(f"unknown user {kind!r}; use 'scripted', 'llm' or a User object")
 
-    # evaluation ----------------------------------------------------------
+    # gold ----------------------------------------------------------------
+    @cached_property
+    def grader(self) -> Tau2Grader:
+        return Tau2Grader(self)
+
     def gold_actions(self, task: Task):
+        """The task's gold actions (tau2's ``Action`` objects), in order."""
         criteria = task.data.evaluation_criteria
         return (criteria.actions or []) if criteria else []
 
-    def gold_calls(self, task: Task) -> list[dict]:
-        return [{"name": a.name, "arguments": a.arguments, "requestor": a.requestor}
-                for a in self.gold_actions(task)]
+    def gold_world(self, task: Task) -> Tau2World:
+        """The task's initial world after its gold actions, computed once (tau2's rules); read, never changed."""
+        if task.id not in self._gold:
+            world = self.new_world(task)
+            for action in self.gold_actions(task):
+                try:  # some gold actions fail by design (a lookup that finds nobody)
+                    world.env.make_tool_call(action.name, requestor=action.requestor, **action.arguments)
+                except Exception:
+                    pass
+            self._gold[task.id] = world
+        return self._gold[task.id]
 
-    def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
-        predicted = [Tau2ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor=c.requestor)
-                     for c in episode.calls if c.ran]
-        checks = [{"action": a.name, "arguments": a.arguments,
-                   "met": any(a.compare_with_tool_call(p) for p in predicted)}
-                  for a in self.gold_actions(task)]
-        reward = 1.0 if all(c["met"] for c in checks) else 0.0
-        return reward, {"action": reward, "action_checks": checks}
-
-    def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
-        criteria = task.data.evaluation_criteria
-        if criteria is None:
-            return 1.0, {"note": "no evaluation criteria"}
-        basis = set(criteria.reward_basis)
-        reward, info = 1.0, {"reward_basis": sorted(b.value for b in basis)}
-        if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
-            db_reward, assertion_reward = self._env_checks(task, world, info)
-            if RewardType.DB in basis:
-                reward *= db_reward
-            if RewardType.ENV_ASSERTION in basis:
-                reward *= assertion_reward
-        if RewardType.ACTION in basis:
-            action_reward, action_info = self.score_actions(task, episode)
-            info.update(action_info)
-            reward *= action_reward
-        if RewardType.COMMUNICATE in basis:
-            checks = self.communicate_checks(task, episode)
-            info["communicate"] = 1.0 if all(c["met"] for c in checks) else 0.0
-            info["communicate_checks"] = checks
-            reward *= info["communicate"]
-        if RewardType.NL_ASSERTION in basis:
-            info["note"] = "NL assertions need an LLM judge and are not part of this reward"
-        return reward, info
-
-    def _env_checks(self, task: Task, world: World, info: dict) -> tuple[float, float]:
-        criteria = task.data.evaluation_criteria
-        if criteria.actions is None and criteria.env_assertions is None:
-            info.update(db=1.0, db_diff=[])
-            return 1.0, 1.0
-        gold = self.gold_world(task).env
-        dumps = self._gold_dumps.setdefault(task.id, ({}, {}))  # the gold world never changes
-        diff = model_diff(world.env.tools.db, gold.tools.db, dumps[0])
-        if gold.user_tools is not None:
-            diff += [f"user.{d}" for d in model_diff(world.env.user_tools.db, gold.user_tools.db, dumps[1])]
-        db_reward = 0.0 if diff else 1.0
-        checks = []
-        # assertions may sync tools: they run on a fork, so the episode's world stays as it was
-        probe = world.fork().env if criteria.env_assertions else None
-        for assertion in criteria.env_assertions or []:
-            try:
-                met = probe.run_env_assertion(assertion, raise_assertion_error=False)
-            except Exception as e:
-                met, assertion = False, assertion.model_copy(update={"message": str(e)})
-            checks.append({"func_name": assertion.func_name, "arguments": assertion.arguments, "met": met})
-        assertion_reward = 1.0 if all(c["met"] for c in checks) else 0.0
-        info.update(db=db_reward, db_diff=diff[:20], env_assertion=assertion_reward, env_assertions=checks)
-        return db_reward, assertion_reward
-
-    def criteria(self, task: Task) -> str:
-        """The scenario, tau2's natural-language assertions, what must be said, and the gold calls."""
-        reason, known = scenario_parts(task)
-        criteria = task.data.evaluation_criteria
-        parts = [f"The user's request: {reason} {known}".rstrip(), super().criteria(task)]
-        if criteria and criteria.nl_assertions:
-            parts.append("It must also satisfy:\n" + "\n".join(f"- {a}" for a in criteria.nl_assertions))
-        if self.communicate_info(task):
-            parts.append("The assistant must tell the user: " + "; ".join(self.communicate_info(task)))
-        return "\n\n".join(parts)
-
-    # oracle --------------------------------------------------------------
     def communicate_info(self, task: Task) -> list[str]:
+        """What the agent must tell the user."""
         criteria = task.data.evaluation_criteria
         return list(criteria.communicate_info or []) if criteria else []
-
-    def communicate_checks(self, task: Task, episode: Episode) -> list[dict]:
-        """tau2's COMMUNICATE check per item: said (case-insensitive, commas ignored) in an assistant message."""
-        texts = [m["content"].lower().replace(",", "") for m in episode.messages
-                 if m["role"] == "assistant" and isinstance(m.get("content"), str)]
-        return [{"info": s, "met": any(s.lower() in t for t in texts)} for s in self.communicate_info(task)]
-
-    def oracle_plan(self, task: Task) -> list[Any]:
-        plan: list[Any] = []
-        for a in self.gold_actions(task):
-            if a.requestor == "assistant":
-                plan.append(format_tool_call(a.name, a.arguments))
-            else:
-                plan.append(f"Please do this on your phone: {a.name} with arguments "
-                            f"{json.dumps(a.arguments)}.")
-        info = self.communicate_info(task)
-        summary = ("To sum up: " + "; ".join(info) + ".") if info else "Your request is complete."
-        if plan and self.gold_actions(task)[-1].name == self.transfer_tool:
-            plan.insert(len(plan) - 1, summary)
-        else:
-            plan.append(f"{summary} {AGENT_STOP}")
-        return plan
 
 
 @cache

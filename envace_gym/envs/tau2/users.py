@@ -7,9 +7,10 @@ import re
 
 from tau2.utils.utils import DATA_DIR
 
-from envace_gym.endpoint import ChatEndpoint
+from envace_gym.openai_client import ChatEndpoint
+from envace_gym.episode import CallRecord, Task
 from envace_gym.messages import ToolCall, assistant_message, tool_message
-from envace_gym.suite import CallRecord, Task, User, UserReply, World
+from envace_gym.suite import User, UserReply, World
 
 GREETING = "Hi! How can I help you today?"  # the agent's opening, as in tau2
 
@@ -42,15 +43,18 @@ class ScriptedUser(User):
     questions with the known info and confirmation questions with yes, performs
     the task's user-side actions (telecom) when the agent names them (at most
     ``max_calls_per_message`` of them per message, found in one pass), and ends
-    with tau2's stop token when the agent says it is done (``###STOP###``) or
-    after ``max_turns`` replies.
+    with tau2's stop token when the agent says it is done (``###STOP###``), after
+    ``max_turns`` replies, or after ``max_idle`` replies in a row that had nothing to
+    answer ("Is there anything else you need from me?"), so an agent that never
+    closes does not loop until the turn limit.
     """
 
-    def __init__(self, suite, task: Task, max_turns: int = 30, max_calls_per_message: int = 8):
+    def __init__(self, suite, task: Task, max_turns: int = 30, max_calls_per_message: int = 8, max_idle: int = 5):
         self.reason, self.known = scenario_parts(task)
         self.tools = suite.user_toolset
-        self.pending = [c for c in suite.gold_calls(task) if c["requestor"] == "user"]
+        self.pending = [c for c in suite.grader.gold_calls(task) if c["requestor"] == "user"]
         self.max_turns, self.turns = max_turns, 0
+        self.max_idle, self.idle = max_idle, 0
         self.max_calls_per_message = max_calls_per_message
         if self.tools is not None:  # one pass over a message finds every name; the longest wins
             forms = {form: name for name in self.tools.names for form in (name, name.replace("_", " "))}
@@ -66,14 +70,20 @@ class ScriptedUser(User):
         if USER_STOP in agent_text or self.turns > self.max_turns:
             return UserReply(f"Thank you, that is all. {USER_STOP}", stop=True)
         calls = self._requested_calls(agent_text, world)
+        self.idle += 1
         if calls:
             done = "; ".join(f"{c.name} returned {c.content}" for c in calls)
-            return UserReply(f"I did that on my phone: {done}", calls=calls)
-        if CONFIRM_RE.search(agent_text):
-            return UserReply("Yes, please go ahead.")
-        if IDENTITY_RE.search(agent_text) and self.known:
-            return UserReply(self.known)
-        return UserReply("Okay. Is there anything else you need from me?")
+            reply = UserReply(f"I did that on my phone: {done}", calls=calls)
+        elif CONFIRM_RE.search(agent_text):
+            reply = UserReply("Yes, please go ahead.")
+        elif IDENTITY_RE.search(agent_text) and self.known:
+            reply = UserReply(self.known)
+        elif self.idle >= self.max_idle:
+            return UserReply(f"I have nothing more to add, thank you. {USER_STOP}", stop=True)
+        else:
+            return UserReply("Okay. Is there anything else you need from me?")
+        self.idle = 0
+        return reply
 
     def _requested_calls(self, text: str, world: World) -> list[CallRecord]:
         if self.tools is None:

@@ -5,7 +5,7 @@ sliding-window prompt (windows of 10 messages overlapping by 2), rubric states c
 from window to window, its lenient parse of the judge's per-rubric list (``json_repair``),
 and reward 1 only when every rubric is met. Only the model call is envace-gym's: in a
 thread where a :class:`VitaBenchReward` is judging, the evaluator's ``generate`` sends its
-messages to the judge's :class:`~envace_gym.endpoint.ChatEndpoint`, and its progress prints
+messages to the judge's :class:`~envace_gym.openai_client.ChatEndpoint`, and its progress prints
 are kept quiet; everywhere else VitaBench's evaluator runs as it always does.
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 import builtins
 import threading
 
-from envace_gym.endpoint import ChatEndpoint, parse_spec
+from envace_gym.openai_client import ChatEndpoint
 from envace_gym.envs.vitabench.source import LANGUAGE, load
+from envace_gym.episode import Episode
 from envace_gym.errors import ErrorCode
-from envace_gym.suite import Episode
+from envace_gym.specs import parse_spec
 
 load()
 
@@ -81,7 +82,7 @@ class VitaBenchReward:
     ``reward_info`` holds each rubric's verdict, the share met (``rubrics_met``), the number of
     windows and the model. A reply that is not a list of verdicts gives 0 with a
     ``malformed_judgement`` error; a server that cannot be reached raises
-    :class:`~envace_gym.endpoint.ModelServerError` (the env keeps the episode and reports it).
+    :class:`~envace_gym.openai_client.ModelServerError` (the env keeps the episode and reports it).
     """
 
     __name__ = "vitabench"

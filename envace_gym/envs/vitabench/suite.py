@@ -14,12 +14,15 @@ import copy
 import importlib
 import os
 from datetime import datetime, timezone
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
+from envace_gym.bounded import Response
 from envace_gym.envs.vitabench.source import DOMAINS, LANGUAGE, load
+from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.suite import Episode, Response, Suite, Task, User, World
+from envace_gym.grader import NoGoldGrader
+from envace_gym.suite import Suite, User, World
 from envace_gym.tools import ToolSet
 
 load()
@@ -114,9 +117,13 @@ class VitaSuite(Suite):
             return LLMUser(task, self._greeting, seed=seed, **kwargs)
         raise ValueError(f"unknown user {kind!r}; use 'scripted', 'llm' or a User object")
 
-    # evaluation ----------------------------------------------------------
-    def has_gold(self, task: Task) -> bool:
-        return False
+    @cached_property
+    def grader(self) -> VitaGrader:
+        return VitaGrader(self)
+
+
+class VitaGrader(NoGoldGrader):
+    """VitaBench's tasks have no gold calls: they are scored by its rubric judge."""
 
     def judge_reward(self) -> Any:
         """VitaBench's rubric judge on the server ``VITABENCH_JUDGE`` names (``MODEL@BASE_URL``)."""

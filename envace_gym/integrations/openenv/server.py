@@ -13,7 +13,7 @@ dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` a
 A session opened as ``/ws?observations=delta`` (``RemoteEnv`` does) gets, in each observation, only the
 messages after the first ``messages_from`` of the observation before, and ``tools`` only when they changed
 (null otherwise), so that a step's reply does not grow with the episode. Who may connect is
-:mod:`envace_gym.integrations.access`'s to decide (loopback origins, the bound ``Host``, a token).
+:mod:`envace_gym.integrations.openenv.access`'s to decide (loopback origins, the bound ``Host``, a token).
 
     envace-gym serve EnvACE/tau2-retail-v0 --port 8000 --max-sessions 16
 """
@@ -35,7 +35,7 @@ from fastapi import FastAPI, Request, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketDisconnect
 
-from envace_gym.integrations.access import Access, Guard, HeadTimeoutH11
+from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
 
 PROTOCOL = "0.10"
 RESET_OPTIONS = ("task_id", "dynamics")  # reset data keys that go into reset(options=...)
@@ -360,7 +360,7 @@ class EnvServer:
 
 
 def uvicorn_config(server: EnvServer, host: str, port: int):
-    """uvicorn's settings for ``server`` bound to ``host``: the :class:`~envace_gym.integrations.access.Guard`
+    """uvicorn's settings for ``server`` bound to ``host``: the :class:`~envace_gym.integrations.openenv.access.Guard`
     in front, head and keep-alive timeouts, and the connection cap."""
     import uvicorn
 

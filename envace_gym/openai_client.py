@@ -14,7 +14,6 @@ import httpx
 import pydantic
 
 RETRIED_STATUS = (408, 409, 429)  # and every 5xx
-OPTIONS = {"timeout": float, "max_retries": int, "max_reply_bytes": int}  # of a MODEL@BASE_URL spec
 
 
 class ModelServerError(RuntimeError):
@@ -71,25 +70,6 @@ class ModelCard(_Reply):
 
 class ModelList(_Reply):
     data: list[ModelCard]
-
-
-def parse_spec(spec: str, prefix: str) -> tuple[str, str, dict]:
-    """``PREFIX:MODEL@BASE_URL[?timeout=S&max_retries=N&max_reply_bytes=B]`` as ``(model, base_url, options)``."""
-    model, _, rest = spec.removeprefix(prefix).partition("@")
-    base_url, _, query = rest.partition("?")
-    if not model or not base_url:
-        raise ValueError(f"expected '{prefix}MODEL@BASE_URL[?timeout=S&max_retries=N&max_reply_bytes=B]', "
-                         f"got {spec!r}")
-    options = {}
-    for pair in filter(None, query.split("&")):
-        key, _, value = pair.partition("=")
-        if key not in OPTIONS:
-            raise ValueError(f"unknown option {key!r} in {spec!r}; use {', '.join(OPTIONS)}")
-        try:
-            options[key] = OPTIONS[key](value)
-        except ValueError:
-            raise ValueError(f"option {key} in {spec!r} needs a number, got {value!r}") from None
-    return model, base_url, options
 
 
 class ChatEndpoint:

@@ -1,0 +1,124 @@
+"""The commands about envs: ``list`` the registered ids, an env's ``tasks``, and ``serve`` one over OpenEnv."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import gymnasium as gym
+import typer
+from rich.table import Table
+
+import envace_gym
+from envace_gym.cli.options import ENV_ARG, ENV_OPT, SPLIT, TASK_IDS, given_env
+from envace_gym.cli.output import console, user_errors
+from envace_gym.registration import resolve_env
+from envace_gym.runs import env_kwargs, user_option
+
+
+def list_envs(
+    contains: Annotated[Optional[str], typer.Argument(help="Only the ids that contain this text.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array instead of a table.")] = False,
+) -> None:
+    """List the registered EnvACE ids with their task counts and splits."""
+    with user_errors():
+        rows = [describe(env_id) for env_id in envace_gym.ENV_IDS if not contains or contains in env_id]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=max((len(r["id"]) for r in rows), default=2))
+    for column in ("suite", "tasks", "splits (tasks; * default)"):
+        table.add_column(column)
+    for r in rows:
+        splits = " · ".join(f"{name} {n}{'*' if name == r['default_split'] else ''}"
+                            for name, n in r["splits"].items())
+        if "unavailable" in r:
+            table.add_row(r["id"], "-", "-", f"unavailable: {r['unavailable']}")
+        else:
+            table.add_row(r["id"], r["suite"], str(r["tasks"]), splits or "none: all tasks")
+    console.print(table)
+
+
+def list_tasks(
+    env_id: ENV_ARG = None,
+    env: ENV_OPT = None,
+    split: SPLIT = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array instead of a table.")] = False,
+) -> None:
+    """List an env's task ids (default split, or --split; 'all': every task) with a one-line summary."""
+    with user_errors():
+        env_id = resolve_env(given_env(env_id, env))
+        inner = gym.make(env_id).unwrapped
+        suite = inner.suite
+        ids = inner.task_ids if split is None else suite.task_ids(None if split == "all" else split)
+        rows = []
+        for task_id in ids:
+            task = suite.task(task_id)
+            rows.append({"task_id": task_id, "summary": " ".join(suite.summary(task).split())[:100],
+                         "gold_calls": len(suite.gold_calls(task)) if suite.has_gold(task) else None})
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table(title=f"{env_id} · {split or inner.split or 'all'} · {len(rows)} tasks")
+    for column in ("task_id", "gold calls", "summary"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["task_id"], "-" if r["gold_calls"] is None else str(r["gold_calls"]), r["summary"])
+    console.print(table)
+
+
+def describe(env_id: str) -> dict:
+    """An id's suite, task count, default split and task count per split; for an id whose suite
+    cannot load here (VitaBench without ``VITABENCH_ROOT``), why not."""
+    try:
+        env = gym.make(env_id).unwrapped
+    except ImportError as e:
+        return {"id": env_id, "suite": None, "tasks": None, "default_split": None, "splits": {},
+                "unavailable": str(e)}
+    suite = env.suite
+    return {"id": env_id, "suite": suite.name, "tasks": len(suite.task_ids(None)), "default_split": env.split,
+            "splits": {split: len(suite.task_ids(split)) for split in suite.splits()}}
+
+
+def serve(
+    env_id: ENV_ARG = None,
+    env: ENV_OPT = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    max_sessions: Annotated[int, typer.Option(help="Concurrent sessions (one env each); more are refused with "
+                                                   "CAPACITY_REACHED.")] = 8,
+    session_timeout: Annotated[float, typer.Option(help="Seconds a session may stay idle before it is closed "
+                                                        "(0: never).")] = 300.0,
+    dynamics: Annotated[str, typer.Option(help=f"Default dynamics ({', '.join(envace_gym.DYNAMICS)}); a client "
+                                               "may choose per episode in reset's options.")] = "real",
+    split: SPLIT = None,
+    task_ids: TASK_IDS = None,
+    user: Annotated[str, typer.Option(help="scripted, or llm:MODEL@BASE_URL.")] = "scripted",
+    reward: Annotated[Optional[str], typer.Option(help="Reward source (default by dynamics).")] = None,
+    max_turns: Annotated[int, typer.Option(help="Agent turns before truncation.")] = 50,
+    token: Annotated[Optional[str], typer.Option(envvar="ENVACE_SERVE_TOKEN", show_envvar=True, help=(
+        "A shared secret every request must carry (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=); "
+        "set it whenever --host is not a loopback address."))] = None,
+    allow_origin: Annotated[Optional[list[str]], typer.Option(help=(
+        "A browser origin allowed to use the server besides loopback ones, e.g. https://lab.example (repeat; "
+        "'*': any page)."))] = None,
+    max_connections: Annotated[int, typer.Option(help="Open connections at once; more are answered 503.")] = 64,
+) -> None:
+    """Serve an env over OpenEnv's wire protocol: one env per WebSocket session (/ws)."""
+    with user_errors():
+        from envace_gym.integrations.openenv.access import is_loopback
+        from envace_gym.integrations.openenv.server import EnvServer, run_server
+
+        env_id = resolve_env(given_env(env_id, env))
+        kwargs = env_kwargs(env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
+                            **user_option(user))
+        server = EnvServer(env_id, max_sessions, session_timeout or None, token=token,
+                           allow_origins=tuple(allow_origin or ()), max_connections=max_connections, **kwargs)
+    console.print(f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
+                  f"at most {max_sessions} sessions · Ctrl-C stops", soft_wrap=True)
+    if not is_loopback(host) and token is None:
+        console.print(f"[yellow]warning:[/yellow] {host} is reachable from other machines and no --token is set: "
+                      "anyone who can reach the port can play episodes and make the env's real tool calls",
+                      soft_wrap=True)
+    run_server(server, host, port)

@@ -1,0 +1,202 @@
+"""The commands that play episodes and show them: ``run`` (:class:`envace_gym.runs.Run`),
+``compare`` (real against rehearsed calls) and ``view`` (an HTML report)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from contextlib import closing
+from pathlib import Path
+from collections.abc import Callable
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import track
+from rich.table import Table
+
+from envace_gym import agents
+from envace_gym.cli.options import (ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env,
+                                    param)
+from envace_gym.cli.output import console, fail, progress, user_errors
+from envace_gym.compare import METRICS, compare_calls, plot, summarize
+from envace_gym.records import write_record
+from envace_gym.registration import resolve_env
+from envace_gym.runner import make_envs
+from envace_gym.runs import Run, RunConfig, env_kwargs, records_file
+from envace_gym.settings import check_least
+
+RUN_FIELDS = {"env_id": None}  # given as ENV_ID or --env: RUN_PARAMS
+RUN_PARAMS = (param("env_id", ENV_ARG, None), param("env", ENV_OPT, None))
+MAX_ROWS = 50  # a longer run's table is summarised by how its episodes ended
+
+
+def run(options: dict, env_id: str | None, env: str | None) -> None:
+    """Run an agent on every selected task and write one JSONL record per episode."""
+    with user_errors():
+        config = config_from(RunConfig, {**options, "env_id": given_env(env_id, env)}, RUN_FIELDS)
+        job = Run(config)
+    if job.earlier:
+        console.print(f"{len(job.episodes) - len(job.todo)} of {len(job.episodes)} episodes already in {job.out}; "
+                      f"playing {len(job.todo)}", soft_wrap=True)
+    records, failures = list(job.earlier), 0
+    with user_errors(), progress(len(job.todo), f"{job.env_id} {config.agent} {config.dynamics}",
+                                 "episodes") as advance:
+        job.on_turn = turn_counter(job, advance)
+        with closing(iter(job)) as stream:
+            try:
+                for record in stream:
+                    records.append(record)
+                    failures += bool(record.get("error"))
+                    advance(f"[red]{failures} failed[/red]" if failures else "")
+                    if record["ended_by"] in ("agent_error", "worker_error"):
+                        console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
+                                      f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
+            except KeyboardInterrupt:
+                console.print(f"interrupted: {len(records)} of {len(job.episodes)} episodes in {job.out}; "
+                              "the same command with --resume plays the rest", soft_wrap=True)
+                raise typer.Exit(130)
+    if not records:
+        fail("no episode to run")
+    print_run(job, records)
+
+
+def turn_counter(job: Run, advance) -> Callable[[int, float], None]:
+    """``run_batched``'s ``on_turn`` for the progress bar: the turns played so far, the last one's time,
+    and, after the first turn, the longest the run may take when that is over a minute."""
+    turns = 0
+
+    def on_turn(n: int, seconds: float) -> None:
+        nonlocal turns
+        if not turns:
+            rounds = math.ceil(len(job.todo) / max(1, len(job.envs)))
+            longest = seconds * job.max_turns * rounds
+            if longest > 60:
+                console.print(f"the first turn took {seconds:.1f} s: {len(job.todo)} episodes of up to "
+                              f"{job.max_turns} turns may take up to {longest / 60:.0f} min (--limit or --max-turns "
+                              "shorten it; a model server, e.g. vllm:PATH@URL, speeds it up)", soft_wrap=True)
+        turns += n
+        advance(f"{turns} turns · {seconds:.1f} s the last", step=0)
+
+    return on_turn
+
+
+def print_run(job: Run, records: list[dict]) -> None:
+    """A run's table (or, over :data:`MAX_ROWS` episodes, its episodes by how they ended), its mean
+    reward, its rehearsal cost; exit code 1 when an episode failed."""
+    c = job.config
+    settings = (f" · private rehearsal N={c.rehearsal_budget} {c.rehearsal_mode} {c.rehearsal_select}"
+                f"{f' world model {c.world_model}' if c.world_model else ''}" if c.rehearsal_budget else "")
+    title = f"{job.env_id} · {c.agent} · {c.dynamics}{settings}"
+    if len(records) > MAX_ROWS:
+        ended: dict[str, list[float]] = {}
+        for r in records:
+            ended.setdefault(str(r["ended_by"]), []).append(r["reward"])
+        table = Table("ended by", "episodes", "mean reward", title=f"{title} · {len(records)} episodes by how "
+                                                                   "they ended (each in the records)")
+        for how, rewards in ended.items():
+            table.add_row(how, str(len(rewards)), f"{statistics.fmean(rewards):.3f}")
+    else:
+        table = Table(title=title)
+        table.add_column("task_id", overflow="fold", min_width=min(40, max(len(r["task_id"]) for r in records)))
+        for column in ("seed", "reward", "source", "turns", "calls", "ended by", "seconds"):
+            table.add_column(column)
+        for r in records:
+            table.add_row(r["task_id"], str(r["seed"]), f"{r['reward']:.2f}", r["reward_source"], str(r["turns"]),
+                          str(r["tool_calls"]), str(r["ended_by"]), f"{r['seconds']:.3f}")
+    console.print(table)
+    rewards = [r["reward"] for r in records]
+    error = (f" ± {statistics.stdev(rewards) / math.sqrt(len(rewards)):.3f} (standard error)"
+             if len(rewards) > 1 else "")
+    console.print(f"mean reward {statistics.fmean(rewards):.3f}{error} over {len(records)} episodes · "
+                  f"records in {job.out}", soft_wrap=True)
+    console.print(f"view them: envace-gym view {job.out}", soft_wrap=True)
+    if job.reward_note:
+        console.print(f"note: {job.reward_note}", soft_wrap=True)
+    if c.rehearsal_budget:
+        mean = {k: statistics.fmean(r[k] for r in records) for k in
+                ("real_calls", "rehearsal_attempts", "rehearsal_tokens", "rehearsal_seconds")}
+        console.print(f"per episode: {mean['real_calls']:.1f} real calls · {mean['rehearsal_attempts']:.1f} private "
+                      f"attempts · {mean['rehearsal_tokens']:.0f} rehearsal tokens · "
+                      f"{mean['rehearsal_seconds']:.2f} s rehearsing", soft_wrap=True)
+    failed = [r for r in records if r.get("error")]
+    if failed:  # their reward 0 is no score: say so, and exit non-zero
+        console.print(f"[red]{len(failed)} of {len(records)} episodes failed[/red] (scored 0; each record's "
+                      f"error says why), the first: {escape(' '.join(str(failed[0]['error']).split())[:300])}",
+                      soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def compare(
+    env_id: ENV_ARG = None,
+    env: ENV_OPT = None,
+    agent: Annotated[str, typer.Option(help="The agent whose rehearsals are compared.")] = "knn",
+    actor: Annotated[str, typer.Option(help="The agent that takes the actions.")] = "oracle",
+    split: SPLIT = None,
+    task_ids: TASK_IDS = None,
+    limit: LIMIT = None,
+    seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
+    workers: Annotated[Optional[int], typer.Option(help="Ray workers playing the episodes (each its own env and "
+                                                        "agents). Default: this process alone.")] = None,
+    ray_address: RAY_ADDRESS = None,
+    out: Annotated[Optional[Path], typer.Option(help="JSONL file for the records (default: "
+                                                     "runs/ENV-AGENT-compare.jsonl).")] = None,
+) -> None:
+    """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
+    with user_errors():
+        check_least(1, {"limit": limit}, ["limit"], as_options=True)
+        given = given_env(env_id, env)
+        env_id = resolve_env(given)
+        make_kwargs = env_kwargs(env_id, split, task_ids, dynamics="shadow")
+        (shadow,) = make_envs(env_id, 1, **make_kwargs)
+        ids = shadow.unwrapped.task_ids[:limit]
+        if workers is None:
+            acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
+            stream = compare_calls(shadow, acting, rehearsing, ids, seed=seed)
+        else:
+            from envace_gym.distributed import WorkerSpec, run_distributed
+
+            episodes = [(task_id, seed + i) for i, task_id in enumerate(ids)]
+            stream = run_distributed(WorkerSpec(given, actor, make_kwargs, rehearser=agent), episodes, workers,
+                                     ray_address)
+        out = records_file(out, env_id, agent, "compare")
+    records, failed = [], []
+    with user_errors(), out.open("w") as f:
+        for record in track(stream, total=None, description=f"{env_id} {agent} vs real", console=console):
+            if record.get("tool") is None:  # an episode whose worker kept failing
+                failed.append(record)
+                console.print(f"[red]task {escape(record['task_id'])} failed:[/red] {escape(record['error'])}",
+                              soft_wrap=True)
+                continue
+            write_record(f, record)
+            records.append(record)
+    if not records:
+        console.print("no tool call was made: nothing to compare")
+        raise typer.Exit(1)
+    summary = summarize(records)
+    table = Table("tool", "calls", *METRICS, title=f"{env_id} · {agent} rehearsing · {actor} acting")
+    for tool, row in summary.items():
+        table.add_row(tool, str(row["calls"]), *(f"{row[m]:.3f}" for m in METRICS),
+                      end_section=tool == list(summary)[-2])
+    console.print(table)
+    png = out.with_suffix(".png")
+    plot(summary, png, f"{env_id}: {agent} rehearsing against the real world")
+    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1))
+    console.print(f"{len(records)} calls · records in {out} · plot in {png}")
+    console.print(f"view them: envace-gym view {out}", soft_wrap=True)
+    if failed:
+        console.print(f"[red]{len(failed)} episodes failed[/red] and left no calls", soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def view(
+    files: Annotated[list[Path], typer.Argument(help="run or compare JSONL files, and train or sft output folders.")],
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("runs/report.html"),
+) -> None:
+    """Write one self-contained HTML file (no network) of episodes, real-vs-rehearsed calls and training curves."""
+    from envace_gym.viewer import render
+
+    with user_errors():
+        written = render(files, out)
+    console.print(f"report in {written} ({written.stat().st_size / 1e6:.1f} MB): open it in a browser", soft_wrap=True)

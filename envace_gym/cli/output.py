@@ -1,0 +1,58 @@
+"""What the command line prints: the console, one-line errors with their exit code, progress bars."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import NoReturn
+
+import gymnasium as gym
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from envace_gym.openai_client import ModelServerError
+
+# a pipe gets the whole table (rich's default there is 80 columns), a terminal its own width
+console = Console(width=None if sys.stdout.isatty() else 250)
+
+# what a user's names, paths, files, options and servers can make go wrong
+USER_ERRORS = (ValueError, KeyError, TypeError, OSError, ImportError, ModelServerError, gym.error.Error)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``message`` as one error line and exit."""
+    console.print(f"[red]error:[/red] {escape(' '.join(message.split()))}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors(*more: type[Exception]):
+    """A :data:`USER_ERRORS` error (or one of ``more``) inside becomes one line and exit code 2
+    (``ENVACE_TRACEBACK=1``: the traceback instead)."""
+    try:
+        yield
+    except (*USER_ERRORS, *more) as e:
+        if os.environ.get("ENVACE_TRACEBACK"):
+            raise
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # a KeyError's str() is a repr
+        fail(str(message) or type(e).__name__)
+
+
+@contextmanager
+def progress(total: int, description: str, unit: str):
+    """A progress bar of ``total`` items with their rate; yields ``advance(note="", step=1)``, the note
+    (failures, the last reward, the turn being played) shown beside it (``step=0``: the note only)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(description, total=total, note="")
+
+        def advance(note: str = "", step: int = 1) -> None:
+            done = bar.tasks[task].completed + step
+            rate = done / max(bar.tasks[task].elapsed or 0.0, 1e-9)
+            bar.update(task, advance=step, note=f"{rate:.2f} {unit}/s{' · ' + note if note else ''}")
+
+        yield advance

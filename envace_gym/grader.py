@@ -1,0 +1,104 @@
+"""How a suite's episodes are scored, and the gold they are scored against."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from envace_gym.bounded import execute
+from envace_gym.episode import Episode, Task, recording_key
+from envace_gym.limits import Limits
+from envace_gym.messages import format_tool_call
+
+if TYPE_CHECKING:
+    from envace_gym.suite import Suite, World
+
+
+class Grader:
+    """A suite's gold and scores, read by the env, the rewards and the oracle agents.
+
+    Every method has a default from the tasks' ``gold`` calls: :meth:`score_actions` is the
+    gold-call match, :meth:`evaluate` (the ``world`` and ``replay`` rewards) is that match
+    unless overridden to check the world's state, :meth:`oracle_plan` makes each gold call
+    then says "Done.", and :meth:`recordings` are the gold calls' real responses. A suite
+    returns its grader from :attr:`Suite.grader <envace_gym.suite.Suite.grader>`.
+    """
+
+    def __init__(self, suite: Suite):
+        self.suite = suite
+        self._recordings: dict[str, dict] = {}
+
+    def has_gold(self, task: Task) -> bool:
+        """Whether the task has gold calls (default: yes). The oracle, the ``actions`` rewards and
+        replay of gold need them; a task without them is scored by :meth:`judge_reward`."""
+        return True
+
+    def require_gold(self, task: Task) -> None:
+        """Refuse, with one ValueError, what needs gold calls on a task that has none."""
+        if not self.has_gold(task):
+            raise ValueError(f"{self.suite.name} task {task.id!r} has no gold calls, so the oracle, the 'actions' "
+                             "rewards and replay of gold cannot run on it; use a judge reward")
+
+    def gold_calls(self, task: Task) -> list[dict]:
+        """The task's gold calls in order: ``{"name", "arguments", "requestor"}``."""
+        self.require_gold(task)
+        return [{"name": c["name"], "arguments": c.get("arguments", {}),
+                 "requestor": c.get("requestor", "assistant")} for c in task.gold]
+
+    def oracle_plan(self, task: Task) -> list[Any]:
+        """The act actions an oracle plays, in order (default: each gold call, then "Done.")."""
+        return [format_tool_call(c["name"], c["arguments"]) for c in self.gold_calls(task)
+                if c["requestor"] == "assistant"] + ["Done."]
+
+    def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
+        """The real evaluator, on a world that holds the episode's effects (default:
+        :meth:`score_actions`; override it to check the world's state)."""
+        return self.score_actions(task, episode)
+
+    def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
+        """Gold-action match, needing no world: 1 when every gold call was made (same requestor,
+        name and arguments, in any order, each made call matching one gold call), else 0."""
+        made = [(c.requestor, *recording_key(c.name, c.arguments)) for c in episode.calls if c.ran]
+        checks = []
+        for call in self.gold_calls(task):
+            key = (call["requestor"], *recording_key(call["name"], call["arguments"]))
+            met = key in made
+            if met:
+                made.remove(key)
+            checks.append({"action": call["name"], "arguments": call["arguments"], "met": met})
+        reward = 1.0 if all(c["met"] for c in checks) else 0.0
+        return reward, {"action": reward, "action_checks": checks}
+
+    def communicate_checks(self, task: Task, episode: Episode) -> list[dict]:
+        """What the agent had to tell the user, each ``{"info", "met"}`` (default: nothing)."""
+        return []
+
+    def criteria(self, task: Task) -> str:
+        """The task's success criteria in words, for an LLM judge (never shown to the agent)."""
+        calls = "\n".join(f"- {c['name']}({json.dumps(c['arguments'])})" for c in self.gold_calls(task))
+        return f"The tool calls a correct episode makes:\n{calls or '- none'}"
+
+    def judge_reward(self) -> Any:
+        """The suite's own judge (a reward callable), the default reward of its tasks without gold
+        under every dynamics (default: none)."""
+        return None
+
+    def recordings(self, task: Task) -> dict[tuple[str, str], list[str]]:
+        """Real responses of the task's gold calls, keyed by :func:`~envace_gym.episode.recording_key`."""
+        if task.id not in self._recordings:
+            table: dict[tuple[str, str], list[str]] = {}
+            world = self.suite.new_world(task)
+            for call in self.gold_calls(task):
+                response = execute(self.suite, world, call["name"], call["arguments"], Limits(), call["requestor"])
+                table.setdefault(recording_key(call["name"], call["arguments"]), []).append(response.content)
+            self._recordings[task.id] = table
+        return self._recordings[task.id]
+
+
+class NoGoldGrader(Grader):
+    """The grader of a suite without gold calls, which says so: the oracle, the ``actions``
+    rewards and replay of gold refuse, and :meth:`judge_reward` (if a subclass gives one)
+    is the default reward."""
+
+    def has_gold(self, task: Task) -> bool:
+        return False

@@ -1,0 +1,112 @@
+"""The settings of ``train`` (GRPO) and ``sft``: each field's default and help are also its
+command-line option's (:mod:`envace_gym.cli.options`). Imports without torch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from envace_gym.settings import check_least, setting
+
+ROLES = ("act", "rehearse")  # the roles one model is trained in
+ROLES_HELP = "Roles trained: act,rehearse | act | rehearse."
+OUT_HELP = "Output folder: metrics.jsonl, metrics.png, step-N checkpoints."
+ENV_KWARGS_HELP = "KEY=VALUE: more gym.make arguments (repeat; values are JSON where they parse)."
+
+
+@dataclass
+class TrainConfig:
+    """Everything a GRPO run depends on; saved as ``config.json`` in the output folder."""
+
+    model: str = setting(help="hf:PATH or smollm2 (transformers), vllm:PATH (an engine in this process) or "
+                              "vllm:PATH@BASE_URL (a `vllm serve` started with VLLM_SERVER_DEV_MODE=1).")
+    env_id: str = setting(help="A registered id, or MODULE:ID or PATH.py:ID.")
+    out: str = setting("runs/train", OUT_HELP)
+    dynamics: str = setting("rehearsed", "Training dynamics.")
+    eval_dynamics: str = setting("real", "Evaluation dynamics.")
+    reward: str | Callable | None = setting(None, "Training reward (default: strict_progress, a partial credit "
+                                                  "that varies within a group, where every training task has gold "
+                                                  "calls; else the dynamics' default).")
+    stop_after_flat_steps: int = setting(5, "Stop after this many steps in a row whose groups all scored alike "
+                                            "(zero advantages: nothing to learn; 0: never).")
+    split: str | None = setting("train", "Training tasks' split; 'all' for suites without splits (BFCL).")
+    eval_split: str | None = setting("test", "Evaluation tasks' split, or 'all'.")
+    group_size: int = setting(4, "Episodes per task (GRPO group).")
+    tasks_per_step: int = setting(2, "Tasks per step.")
+    steps: int = setting(10, "Training steps.")
+    lr: float = setting(1e-5, "Learning rate.")
+    warmup_steps: int = setting(0, "Steps of linear learning-rate warmup (from 0, before the linear decay).")
+    epochs: int = setting(1, "Passes over each step's rollouts.")
+    minibatch: int = setting(4, "Rows per minibatch (without --minibatch-tokens).")
+    clip_eps: float = setting(0.2, "PPO clip range of the ratio.")
+    kl_coef: float = setting(0.0, "KL penalty to the initial model.")
+    roles: list[str] = setting(list(ROLES), ROLES_HELP)
+    baseline: str = setting("episode", "episode or row.")
+    scale_advantages: bool = setting(False, "Divide the advantages by their group's standard deviation.")
+    max_new_tokens: int = setting(64, "Tokens per generation.")
+    temperature: float = setting(1.0, "Sampling temperature (the ratios' too).")
+    max_turns: int = setting(8, "Agent turns per episode.")
+    rehearsal_format: str = setting("inline", "inline (one row per episode) or prompted (a row per rehearse "
+                                              "generation).")
+    eval_every: int = setting(5, "Evaluate every N steps (0: never).")
+    eval_tasks: int = setting(4, "Held-out tasks per evaluation.")
+    save_every: int = setting(5, "Checkpoint every N steps (0: only at the end).")
+    seed: int = setting(0, "Seed.")
+    tensorboard: bool = setting(True, "Also log the metrics as TensorBoard scalars in OUT/tensorboard.")
+    lora_rank: int = setting(0, "Train LoRA adapters of this rank on every linear layer (0: all weights).")
+    bf16: bool = setting(False, "Forward passes under bf16 autocast (fp32 weights and optimizer).")
+    gradient_checkpointing: bool = setting(False, "Recompute activations in backward.")
+    minibatch_tokens: int = setting(0, "Pack minibatches up to this many padded tokens (0: minibatches of "
+                                       "--minibatch rows).")
+    fsdp: bool = setting(False, "Shard weights, gradients and Adam states over the launched processes "
+                                "(torch FSDP2) instead of DDP.")
+    engine_kwargs: dict = setting({}, "KEY=VALUE for a vllm:PATH model's engine (vllm.LLM's arguments; repeat).")
+    env_kwargs: dict = setting({}, ENV_KWARGS_HELP)
+    rollout_workers: int = setting(0, "Step the rollout envs in this many Ray actors (users, judges, slow tools "
+                                      "in parallel); generation stays here (0: in this process).")
+    ray_address: str | None = setting(None, "With --rollout-workers: a Ray cluster to join (auto, "
+                                            "ray://HOST:PORT); default: a local Ray.")
+
+    def __post_init__(self):
+        check_least(1, vars(self), ("steps", "group_size", "tasks_per_step", "epochs", "minibatch", "eval_tasks"))
+        check_least(0, vars(self), ("warmup_steps", "eval_every", "save_every", "lora_rank", "minibatch_tokens",
+                                    "rollout_workers"))
+        if self.fsdp and self.lora_rank:
+            raise ValueError("fsdp with lora_rank is not supported: LoRA trains few weights; drop fsdp")
+
+
+@dataclass
+class SFTConfig:
+    """An SFT run; saved as ``config.json`` in the output folder."""
+
+    model: str = setting(help="hf:PATH or smollm2: the model to warm-start.")
+    env_id: str = setting(help="A registered id: its oracle plays the gold and held-out episodes.")
+    out: str = setting("runs/sft", OUT_HELP)
+    source: str = setting("gold", "gold (the oracle's episodes of --split, real dynamics) or a RUNS.jsonl "
+                                  "written by `envace-gym run`.")
+    split: str | None = setting("train", "Gold episodes' split, or 'all'.")
+    eval_split: str | None = setting("test", "Held-out gold episodes' split, or 'all'.")
+    roles: list[str] = setting(list(ROLES), ROLES_HELP)
+    epochs: int = setting(1, "Passes over the episodes (when --steps is not given).")
+    steps: int | None = setting(None, "Updates (default: epochs × episodes / batch).")
+    batch: int = setting(8, "Episodes per update.")
+    minibatch: int = setting(2, "Episodes per forward pass (gradients accumulate over the batch).")
+    lr: float = setting(1e-5, "Learning rate (decays linearly to 0).")
+    max_episodes: int | None = setting(None, "Train on the first N episodes only.")
+    max_tokens: int = setting(4096, "An episode's token sequence is cut here.")
+    eval_every: int = setting(0, "Held-out loss every N steps (0: never).")
+    eval_tasks: int = setting(4, "Held-out episodes.")
+    save_every: int = setting(50, "Checkpoint every N steps (0: only at the end).")
+    seed: int = setting(0, "Seed.")
+    tensorboard: bool = setting(True, "Also log the metrics as TensorBoard scalars in OUT/tensorboard.")
+    lora_rank: int = setting(0, "Train LoRA adapters of this rank on every linear layer (0: all weights).")
+    gradient_checkpointing: bool = setting(False, "Recompute activations in backward.")
+    env_kwargs: dict = setting({}, ENV_KWARGS_HELP)
+
+    def __post_init__(self):
+        if not self.model.startswith(("hf:", "smollm2")):
+            raise ValueError(f"sft trains a transformers model (hf:PATH or smollm2), got {self.model!r}")
+        if not set(self.roles) <= set(ROLES) or not self.roles:
+            raise ValueError(f"roles must be among {ROLES}, got {self.roles}")
+        check_least(1, vars(self), ("batch", "minibatch", "epochs", "eval_tasks", "max_tokens", "steps"))
+        check_least(0, vars(self), ("eval_every", "save_every", "lora_rank"))

@@ -1,0 +1,264 @@
+"""The trained model and what GRPO (:class:`~envace_gym.training.Trainer`) and SFT
+(:class:`~envace_gym.training.SFT`) share around it: loading (LoRA, gradient checkpointing),
+accelerate, the optimizer and its schedule, FSDP sharding, the loop that logs metrics, and
+checkpoints that resume."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from envace_gym import agents
+from envace_gym.records import rows as jsonl_rows, training_figure, write_record
+from envace_gym.training import checkpoint, sharding
+
+
+class Policy:
+    """One model trained under accelerate: on one process, in DDP, or sharded in place with
+    ``fsdp`` (torch FSDP2, when a process group is up).
+
+    ``agent`` generates: the transformers agent whose model this is, or for ``vllm:PATH``
+    (``engine_kwargs``) a vLLM engine, while a torch copy of the model trains here
+    (``generates`` is then False). ``reference``: keep a frozen copy of the initial model.
+
+    The run-level methods (:meth:`fit`, :meth:`save`, :meth:`resume`) take the run: a trainer
+    with ``cfg`` (``steps``, ``eval_every``, ``save_every``, ``tensorboard``), ``out``, ``step``,
+    ``cursor`` (its data position), ``train_step()`` and ``evaluate()``.
+    """
+
+    def __init__(self, model: str, *, seed: int, lr: float, steps: int, warmup_steps: int = 0,
+                 lora_rank: int = 0, gradient_checkpointing: bool = False, fsdp: bool = False,
+                 reference: bool = False, engine_kwargs: dict | None = None, **sampling):
+        from accelerate import Accelerator
+
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        random.seed(seed)
+        torch.manual_seed(seed)
+        device = str(self.accelerator.device)
+        sampling["seed"] = seed + self.rank
+        self.generates = not model.startswith("vllm:")
+        if not self.generates:
+            if lora_rank:
+                raise ValueError("lora_rank with a vllm: model is not supported; use hf:PATH")
+            from transformers import AutoModelForCausalLM
+
+            spec = model.removeprefix("vllm:")
+            self.agent = agents.load(model, **sampling, **(engine_kwargs or {}))
+            weights = AutoModelForCausalLM.from_pretrained(spec.rpartition("@")[0] or spec,
+                                                           dtype=torch.float32).to(device)
+        else:
+            self.agent = agents.load(model, **sampling,
+                                     **({"device": device} if model.startswith(("hf:", "smollm2")) else {}))
+            weights = self.agent.model
+        if lora_rank:
+            from peft import LoraConfig, get_peft_model
+
+            weights = self.agent.model = get_peft_model(weights, LoraConfig(
+                r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, target_modules="all-linear",
+                task_type="CAUSAL_LM"))
+        if gradient_checkpointing:
+            weights.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model, self.tokenizer, self.lora = weights, self.agent.tokenizer, bool(lora_rank)
+        self.reference = copy.deepcopy(weights).eval() if reference else None
+        self._prepare_optimizer(lr, steps, warmup_steps, fsdp)
+
+    def _prepare_optimizer(self, lr: float, steps: int, warmup: int, fsdp: bool) -> None:
+        """AdamW on the trainable weights, through accelerate (the model in DDP, or sharded in
+        place with ``fsdp``), and a linear decay over ``steps`` after ``warmup`` steps."""
+        from accelerate.utils import DistributedType
+
+        if self.accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+            raise ValueError("launch with a multi-GPU (or multi-CPU) accelerate config and pass fsdp: "
+                             "the trainer shards the model itself")
+        self.sharded = fsdp and torch.distributed.is_initialized()  # one GPU under torchrun too
+        if self.sharded:
+            sharding.shard(self.model)
+            self.train_model = self.model
+            if self.generates:  # hf generation runs on whole weights (unsharded): no process waits
+                self.agent.sampling["synced_gpus"] = False  # for another, as transformers would under FSDP
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=lr)
+        if self.sharded:
+            self.optimizer = self.accelerator.prepare(optimizer)
+        else:
+            self.train_model, self.optimizer = self.accelerator.prepare(self.model, optimizer)
+        # over training steps (not optimizer steps: prompted rows vary in number)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda k: min((k + 1) / warmup, 1.0) * max(0.0, 1.0 - k / steps) if warmup
+            else max(0.0, 1.0 - k / steps))
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    @contextmanager
+    def unsharded(self):
+        """Under FSDP with the trained model generating (no vLLM engine): the whole weights on
+        every process while the block runs (:func:`~envace_gym.training.sharding.unsharded`)."""
+        if not self.sharded or not self.generates:
+            yield
+            return
+        with sharding.unsharded(self.model):
+            yield
+
+    def full_weights(self, on_every_process: bool = False) -> dict[str, torch.Tensor]:
+        """The model's whole weights by checkpoint name (sharded: gathered; every process must call this)."""
+        return sharding.full_weights(self.model, on_every_process) if self.sharded else self.model.state_dict()
+
+    # the loop ---------------------------------------------------------------
+    def fit(self, run, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+        """Train ``run`` to ``cfg.steps``; returns each step's metrics record, also given to ``on_step``
+        as it is made. The main process evaluates every ``eval_every`` steps and at the last, and
+        writes each record to ``OUT/metrics.jsonl`` (and TensorBoard), ``OUT/metrics.png`` at the end;
+        a checkpoint every ``save_every`` steps and at the last."""
+        cfg, records, board = run.cfg, [], None
+        main = self.accelerator.is_main_process
+        if cfg.tensorboard and main:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step drops what a killed run logged after the checkpoint it resumed from
+            board = SummaryWriter(str(run.out / "tensorboard"), purge_step=run.step + 1)
+        while run.step < cfg.steps:
+            record = run.train_step()
+            if cfg.eval_every and (run.step % cfg.eval_every == 0 or run.step == cfg.steps):
+                with self.unsharded():
+                    if main:
+                        record.update(run.evaluate())
+            records.append(record)
+            if on_step is not None:
+                on_step(record)
+            if main:
+                with (run.out / "metrics.jsonl").open("a") as f:
+                    write_record(f, record)
+            if board is not None:
+                for key, value in record.items():
+                    if isinstance(value, (int, float)) and key != "step":
+                        board.add_scalar(key, value, run.step)
+                board.flush()
+            if (cfg.save_every and run.step % cfg.save_every == 0) or run.step == cfg.steps:
+                self.save(run)
+                self.accelerator.wait_for_everyone()
+        if board is not None:
+            board.close()
+        if main:
+            plot_metrics(run.out / "metrics.jsonl", run.out / "metrics.png")
+        return records
+
+    # checkpoints ------------------------------------------------------------
+    def save(self, run) -> Path | None:
+        """Write ``OUT/step-N`` (and ``OUT/config.json``) from the main process (None elsewhere).
+        Sharded, every process must call this: the weights and Adam states are gathered whole
+        first. Adam states are keyed by weight name, so any number of processes, sharded or not,
+        resumes them."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        main = self.accelerator.is_main_process
+        if not (main or self.sharded):
+            return None
+        weights = self.full_weights() if self.sharded else None  # None: save_pretrained's own
+        adam = self.optimizer.optimizer
+        # None before the first update: torch's API would take a zero step to create the states
+        optimizer = get_optimizer_state_dict(self.model, adam, options=StateDictOptions(
+            full_state_dict=self.sharded, cpu_offload=self.sharded)) if adam.state else None
+        if not main:
+            return None
+        state = {"step": run.step, "cursor": run.cursor, "optimizer": optimizer,
+                 "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "python_rng": list(random.getstate()[1]), "config": _config_json(run.cfg)}
+        (run.out / "config.json").write_text(_config_json(run.cfg, indent=1))
+        return checkpoint.save(run.out / f"step-{run.step}", self.model, self.tokenizer, state, weights,
+                               run.play_settings)
+
+    def resume(self, run) -> None:
+        """Continue ``run`` from the latest checkpoint in its ``out`` (refused whole if it is damaged):
+        weights, Adam states, schedule, random states, ``step`` and ``cursor``; the metrics logged
+        after it are dropped. Every process calls this."""
+        from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        folder = checkpoint.latest(run.out)
+        if folder is None:
+            raise checkpoint.CheckpointError(f"no checkpoint to resume in {run.out}")
+        # LoRA: the checkpoint holds the adapter; the base model is the config's model
+        weights_file = "adapter_model.safetensors" if self.lora else "model.safetensors"
+        state = checkpoint.load_state(folder, weights_file)
+        if self.lora:
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(self.model, load_file(folder / weights_file))
+            if result.unexpected_keys:
+                raise checkpoint.CheckpointError(f"{folder} does not hold this run's adapter")
+        else:
+            self._load_full_weights(folder / weights_file)
+        adam = state["optimizer"]
+        if adam is None:  # saved before the first update
+            pass
+        elif not self.sharded and isinstance(adam["param_groups"][0]["params"][0], int):
+            self.optimizer.load_state_dict(adam)  # a checkpoint written before states were keyed by name
+        else:
+            main = self.accelerator.is_main_process
+            set_optimizer_state_dict(self.model, self.optimizer.optimizer, adam if main or not self.sharded else {},
+                                     options=StateDictOptions(full_state_dict=self.sharded,
+                                                              broadcast_from_rank0=self.sharded))
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate((3, tuple(state["python_rng"]), None))
+        run.step, run.cursor = state["step"], state["cursor"]
+        metrics = run.out / "metrics.jsonl"
+        if metrics.exists():  # drop what a killed run logged after its last checkpoint, and a line it cut short
+            kept = [line for line in metrics.read_text(errors="replace").splitlines()
+                    if (step := _step_of(line)) is not None and step <= run.step]
+            metrics.write_text("".join(line + "\n" for line in kept))
+
+    def _load_full_weights(self, path: Path) -> None:
+        """Load a whole ``model.safetensors`` (refused unless it names this model's weights; a
+        tied head may be absent); sharded, the main process reads it and sends each its shards."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(str(path), "pt") as f:
+            saved = set(f.keys())
+        names = set(self.model.state_dict())
+        if saved - names or [k for k in names - saved if "lm_head" not in k]:
+            raise checkpoint.CheckpointError(f"{path.parent} does not hold this model's weights")
+        if not self.sharded:
+            self.model.load_state_dict(load_file(path), strict=False)
+            self.model.tie_weights()
+        else:
+            sharding.load_full_weights(self.model, path, self.accelerator.is_main_process)
+
+
+def _config_json(config, indent: int | None = None) -> str:
+    """A config as JSON; a callable (a reward) is written by its name."""
+    return json.dumps(asdict(config), indent=indent, default=lambda o: getattr(o, "__name__", repr(o)))
+
+
+def _step_of(line: str) -> int | None:
+    """The step of a ``metrics.jsonl`` line; None for one that is not a whole record."""
+    try:
+        step = json.loads(line)["step"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return step if isinstance(step, int) else None
+
+
+def plot_metrics(path: Path, png: Path) -> None:
+    """The training curves of ``metrics.jsonl`` (:func:`~envace_gym.records.training_figure`) as a PNG."""
+    fig = training_figure(jsonl_rows(path))
+    import matplotlib.pyplot as plt
+
+    if fig is None:  # no curve yet: an empty figure
+        fig = plt.figure()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
