@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test bench
+.PHONY: setup run test test-fast lint bench
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -43,8 +43,17 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/envace-gym run
 
-test: setup
+# lint and format checks (ruff; its settings are in pyproject.toml), then every test
+test: lint
 	$(PY) -m pytest -q
+
+# the developer loop: lint, then the tests not marked slow (about 5 minutes on a quiet machine)
+test-fast: lint
+	$(PY) -m pytest -q -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'

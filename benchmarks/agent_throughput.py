@@ -27,7 +27,7 @@ def measure(agent, observations, batch_size: int) -> tuple[float, float]:
     start = time.perf_counter()
     gens = []
     for i in range(0, len(observations), batch_size):
-        gens += agent.generate(observations[i:i + batch_size])
+        gens += agent.generate(observations[i : i + batch_size])
     seconds = time.perf_counter() - start
     generated = sum(len(g.completion_ids) for g in gens)
     processed = generated + sum(len(g.prompt_ids) for g in gens)
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     args = parser.parse_args()
     env = gym.make("EnvACE/tau2-retail-v0", split="base")
-    observations = [env.reset(options={"task_id": t})[0] for t in env.unwrapped.task_ids[:args.n]]
+    observations = [env.reset(options={"task_id": t})[0] for t in env.unwrapped.task_ids[: args.n]]
     rows = []
     smollm2 = agents.load("smollm2", max_new_tokens=args.new_tokens, batch_size=8)
     for batch in (1, 8):
@@ -51,8 +51,13 @@ def main() -> None:
         tiny = agents.load(f"hf:{path}", max_new_tokens=args.new_tokens, batch_size=args.n)
         rows.append(("tiny hf", *measure(tiny, observations, args.n)))
         try:
-            engine = agents.load(f"vllm:{path}", max_new_tokens=args.new_tokens, gpu_memory_utilization=0.1,
-                                 max_model_len=12288, dtype="float32")
+            engine = agents.load(
+                f"vllm:{path}",
+                max_new_tokens=args.new_tokens,
+                gpu_memory_utilization=0.1,
+                max_model_len=12288,
+                dtype="float32",
+            )
             rows.append(("tiny vllm", *measure(engine, observations, args.n)))
             engine.close()
         except ImportError as e:

@@ -25,13 +25,12 @@ import time
 
 import gymnasium as gym
 import psutil
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call  # noqa: E402
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.envs.bfcl import get_suite, source
 from envace_gym.messages import ToolCall, format_tool_call
-
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call  # noqa: E402
 
 
 def gold_turns(category: str):
@@ -104,8 +103,13 @@ def memory(side: str, category: str, episodes: int) -> list[float]:
     for i in range(episodes):
         entry, answer, task = entries[i % len(entries)]
         if side == "bfcl":
-            args = (entry["initial_config"], entry["involved_classes"], f"run{i // len(entries)}",
-                    entry["id"], "long_context" in category)
+            args = (
+                entry["initial_config"],
+                entry["involved_classes"],
+                f"run{i // len(entries)}",
+                entry["id"],
+                "long_context" in category,
+            )
             for turn in answer:
                 execute_multi_turn_func_call(turn, *args)
         else:
@@ -143,17 +147,33 @@ def main() -> None:
     print(f"  envace-gym validate + execute          {us(envace):8.1f}")
     print(f"  bound method alone                     {us(bare):8.1f}")
     print(f"  envace-gym env.step (one call)         {us(steps):8.1f}")
-    print(f"  speed-up (bfcl / envace validate+execute): {us(bfcl) / us(envace):.1f}x; "
-          f"mean {statistics.mean(bfcl) / statistics.mean(envace):.1f}x")
+    print(
+        f"  speed-up (bfcl / envace validate+execute): {us(bfcl) / us(envace):.1f}x; "
+        f"mean {statistics.mean(bfcl) / statistics.mean(envace):.1f}x"
+    )
 
     print(f"RSS (MiB) after every 100 of {args.episodes} episodes, fresh process per side:")
     for side in ("bfcl", "envace"):
-        out = subprocess.run([sys.executable, __file__, "--category", args.category, "--episodes",
-                              str(args.episodes), "--memory-side", side],
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--category",
+                args.category,
+                "--episodes",
+                str(args.episodes),
+                "--memory-side",
+                side,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         rss = [float(x) for x in out]
-        print(f"  {side:7s} {' '.join(f'{m:6.1f}' for m in rss)}   growth {rss[-1] - rss[0]:+.1f} MiB, "
-              f"{rss[-1] - rss[1]:+.1f} after episode 200")
+        print(
+            f"  {side:7s} {' '.join(f'{m:6.1f}' for m in rss)}   growth {rss[-1] - rss[0]:+.1f} MiB, "
+            f"{rss[-1] - rss[1]:+.1f} after episode 200"
+        )
 
 
 if __name__ == "__main__":

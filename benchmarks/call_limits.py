@@ -65,11 +65,15 @@ def main() -> None:
         rates["bounded"].append(episodes_per_second(Limits(), args.episodes))
         rates["unbounded"].append(episodes_per_second(Limits(call_seconds=None), args.episodes))
     bounded, unbounded = (statistics.median(rates[k]) for k in ("bounded", "unbounded"))
-    print(f"gold tau2-retail episodes/s: bounded {bounded:.1f} · unbounded {unbounded:.1f} · "
-          f"ratio {bounded / unbounded:.2f}")
+    print(
+        f"gold tau2-retail episodes/s: bounded {bounded:.1f} · unbounded {unbounded:.1f} · "
+        f"ratio {bounded / unbounded:.2f}"
+    )
     forked, inline = call_ms(True, args.calls), call_ms(False, args.calls)
-    print(f"calculate step, median ms: isolated (fork) {forked:.2f} · in-process {inline:.2f} · "
-          f"ratio {forked / inline:.1f}")
+    print(
+        f"calculate step, median ms: isolated (fork) {forked:.2f} · in-process {inline:.2f} · "
+        f"ratio {forked / inline:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
+from prefix_cache import ENV_ID, trained_model
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.training import TrainConfig, Trainer
-from prefix_cache import ENV_ID, trained_model
 
 
 def smollm2_turns() -> None:
@@ -28,23 +28,43 @@ def smollm2_turns() -> None:
         agent = agents.load("smollm2", max_new_tokens=tokens)
         start = time.process_time()
         gen = agent.generate([obs])[0]
-        print(f"smollm2 act turn: {len(gen.prompt_ids)}-token prompt, {len(gen.completion_ids)} new tokens: "
-              f"{time.process_time() - start:.1f} CPU s")
+        print(
+            f"smollm2 act turn: {len(gen.prompt_ids)}-token prompt, {len(gen.completion_ids)} new tokens: "
+            f"{time.process_time() - start:.1f} CPU s"
+        )
 
 
 def grpo_steps(model: Path, out: Path) -> None:
     for tasks, minibatch in ((2, 4), (8, 16)):
-        trainer = Trainer(TrainConfig(
-            model=f"hf:{model}", env_id=ENV_ID, out=str(out / f"grpo-{tasks}x8"), dynamics="real", roles=["act"],
-            reward="strict_progress", group_size=8, tasks_per_step=tasks, minibatch=minibatch, steps=10, lr=3e-4,
-            max_new_tokens=48, max_turns=5, eval_every=0, save_every=0, tensorboard=False))
+        trainer = Trainer(
+            TrainConfig(
+                model=f"hf:{model}",
+                env_id=ENV_ID,
+                out=str(out / f"grpo-{tasks}x8"),
+                dynamics="real",
+                roles=["act"],
+                reward="strict_progress",
+                group_size=8,
+                tasks_per_step=tasks,
+                minibatch=minibatch,
+                steps=10,
+                lr=3e-4,
+                max_new_tokens=48,
+                max_turns=5,
+                eval_every=0,
+                save_every=0,
+                tensorboard=False,
+            )
+        )
         for _ in range(3):
             start = time.process_time()
             record = trainer.train_step()
             cpu = time.process_time() - start
             wall = record["rollout_s"] + record["update_s"]
-            print(f"GRPO step, {tasks} x 8 episodes: {cpu:.1f} CPU s (generation {record['rollout_s'] / wall:.0%} "
-                  f"of its wall time, update {record['update_s'] / wall:.0%}; {record['tokens']} tokens)")
+            print(
+                f"GRPO step, {tasks} x 8 episodes: {cpu:.1f} CPU s (generation {record['rollout_s'] / wall:.0%} "
+                f"of its wall time, update {record['update_s'] / wall:.0%}; {record['tokens']} tokens)"
+            )
 
 
 def main() -> None:

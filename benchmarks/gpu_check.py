@@ -43,9 +43,17 @@ def logprob_memory(length: int, bf16: bool, checkpointing: bool) -> dict:
     from envace_gym.training.grpo import token_logprobs
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                         num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                         max_position_embeddings=length, tie_word_embeddings=True)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=length,
+        tie_word_embeddings=True,
+    )
     model = Qwen3ForCausalLM(config).cuda().train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -63,8 +71,14 @@ def logprob_memory(length: int, bf16: bool, checkpointing: bool) -> dict:
     extra = (torch.cuda.max_memory_allocated() - base) / 2**30
     del model, ids, mask, logprobs
     torch.cuda.empty_cache()
-    return {"check": "logprob_memory", "T": length, "bf16": bf16, "checkpointing": checkpointing,
-            "peak_extra_gib": round(extra, 3), "seconds": round(seconds, 3)}
+    return {
+        "check": "logprob_memory",
+        "T": length,
+        "bf16": bf16,
+        "checkpointing": checkpointing,
+        "peak_extra_gib": round(extra, 3),
+        "seconds": round(seconds, 3),
+    }
 
 
 def sharded_trainer(folder: Path) -> dict:
@@ -72,10 +86,24 @@ def sharded_trainer(folder: Path) -> dict:
     from envace_gym.training import TrainConfig, Trainer
 
     model = tiny_model(folder / "model", hidden_size=512, layers=4, env_id="EnvACE/tau2-mock-gen-v0")
-    config = TrainConfig(model=f"hf:{model}", env_id="EnvACE/tau2-mock-gen-v0", out=str(folder / "run"),
-                         group_size=4, tasks_per_step=4, steps=2, lr=1e-5, max_new_tokens=32, max_turns=4,
-                         eval_every=2, eval_tasks=2, save_every=1, tensorboard=False, fsdp=True, bf16=True,
-                         gradient_checkpointing=True)
+    config = TrainConfig(
+        model=f"hf:{model}",
+        env_id="EnvACE/tau2-mock-gen-v0",
+        out=str(folder / "run"),
+        group_size=4,
+        tasks_per_step=4,
+        steps=2,
+        lr=1e-5,
+        max_new_tokens=32,
+        max_turns=4,
+        eval_every=2,
+        eval_tasks=2,
+        save_every=1,
+        tensorboard=False,
+        fsdp=True,
+        bf16=True,
+        gradient_checkpointing=True,
+    )
     torch.cuda.reset_peak_memory_stats()
     trainer = Trainer(config)
     assert trainer.sharded and trainer.accelerator.device.type == "cuda"
@@ -85,15 +113,28 @@ def sharded_trainer(folder: Path) -> dict:
     resumed.resume()
     again = resumed._full_weights()
     same = all(torch.equal(again[k], v) for k, v in weights.items())
-    return {"check": "sharded_trainer", "steps": [r["step"] for r in records], "resumed_step": resumed.step,
-            "resumed_weights_equal": same, "loss_act": records[-1].get("loss/act"),
-            "eval_reward": records[-1].get("eval/reward"), "max_allocated_gib":
-            round(torch.cuda.max_memory_allocated() / 2**30, 3), "device": torch.cuda.get_device_name()}
+    return {
+        "check": "sharded_trainer",
+        "steps": [r["step"] for r in records],
+        "resumed_step": resumed.step,
+        "resumed_weights_equal": same,
+        "loss_act": records[-1].get("loss/act"),
+        "eval_reward": records[-1].get("eval/reward"),
+        "max_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
+        "device": torch.cuda.get_device_name(),
+    }
 
 
 def main() -> None:
-    report({"check": "env", "torch": torch.__version__, "cuda": torch.version.cuda,
-            "device": torch.cuda.get_device_name(), "python": sys.version.split()[0]})
+    report(
+        {
+            "check": "env",
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "device": torch.cuda.get_device_name(),
+            "python": sys.version.split()[0],
+        }
+    )
     for length in (2048, 8192):
         for bf16, checkpointing in ((False, False), (True, False), (True, True)):
             report(logprob_memory(length, bf16, checkpointing))

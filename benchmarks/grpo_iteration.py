@@ -32,10 +32,23 @@ PROMPTS, GROUP = 2, 4
 
 
 def envace_side(model: Path, out: Path, args) -> list[float]:
-    config = TrainConfig(model=f"hf:{model}", env_id=ENV_ID, out=str(out), dynamics="real", split=None,
-                         eval_split=None, group_size=GROUP, tasks_per_step=PROMPTS,
-                         steps=args.iterations, minibatch=PROMPTS * GROUP, max_new_tokens=args.new_tokens,
-                         eval_every=0, save_every=10**9, kl_coef=0.0, lr=1e-5)
+    config = TrainConfig(
+        model=f"hf:{model}",
+        env_id=ENV_ID,
+        out=str(out),
+        dynamics="real",
+        split=None,
+        eval_split=None,
+        group_size=GROUP,
+        tasks_per_step=PROMPTS,
+        steps=args.iterations,
+        minibatch=PROMPTS * GROUP,
+        max_new_tokens=args.new_tokens,
+        eval_every=0,
+        save_every=10**9,
+        kl_coef=0.0,
+        lr=1e-5,
+    )
     trainer = Trainer(config)
     times = []
     for _ in range(args.iterations):
@@ -53,7 +66,7 @@ def trl_side(model: Path, out: Path, args) -> tuple[list[float], float]:
     tokenizer = AutoTokenizer.from_pretrained(model)
     env = gym.make(ENV_ID)
     rows = []
-    for task_id in env.unwrapped.task_ids[:PROMPTS * (args.iterations + 1)]:
+    for task_id in env.unwrapped.task_ids[: PROMPTS * (args.iterations + 1)]:
         obs, _ = env.reset(options={"task_id": task_id})
         rows.append({"prompt": render_prompt(tokenizer, obs)[0], "task_id": task_id})
 
@@ -74,16 +87,35 @@ def trl_side(model: Path, out: Path, args) -> tuple[list[float], float]:
         def on_step_end(self, *_, **__):
             self.times.append(time.perf_counter() - self.start)
 
-    config = GRPOConfig(output_dir=str(out), per_device_train_batch_size=PROMPTS * GROUP,
-                        num_generations=GROUP, max_completion_length=args.new_tokens,
-                        max_steps=args.iterations, learning_rate=1e-5, beta=0.0, num_iterations=1,
-                        temperature=1.0, use_cpu=True, bf16=False, report_to=[], save_strategy="no",
-                        logging_steps=10**9, disable_tqdm=True, seed=0, shuffle_dataset=False,
-                        dataloader_num_workers=0)
+    config = GRPOConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=PROMPTS * GROUP,
+        num_generations=GROUP,
+        max_completion_length=args.new_tokens,
+        max_steps=args.iterations,
+        learning_rate=1e-5,
+        beta=0.0,
+        num_iterations=1,
+        temperature=1.0,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=10**9,
+        disable_tqdm=True,
+        seed=0,
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+    )
     clock = Clock()
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model), reward_funcs=bfcl_verdict,
-                          args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                          callbacks=[clock])
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model),
+        reward_funcs=bfcl_verdict,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[clock],
+    )
     trainer.train()
     lengths = [r["completions/mean_length"] for r in trainer.state.log_history if "completions/mean_length" in r]
     return clock.times, statistics.fmean(lengths)
@@ -101,8 +133,10 @@ def main() -> None:
         theirs, trl_length = trl_side(model, Path(tmp) / "trl", args)
     # the first iteration of each side warms up (allocations, compilation of kernels)
     a, b = statistics.median(ours[1:]), statistics.median(theirs[1:])
-    print(f"GRPO iteration on {ENV_ID} prompts: {PROMPTS} prompts x {GROUP} completions, "
-          f"{args.new_tokens} new tokens, tiny model, CPU; median seconds over iterations 2..{args.iterations}")
+    print(
+        f"GRPO iteration on {ENV_ID} prompts: {PROMPTS} prompts x {GROUP} completions, "
+        f"{args.new_tokens} new tokens, tiny model, CPU; median seconds over iterations 2..{args.iterations}"
+    )
     print(f"  envace-gym Trainer.train_step  {a:7.3f}   ({' '.join(f'{t:.2f}' for t in ours)})")
     print(f"  TRL GRPOTrainer step           {b:7.3f}   ({' '.join(f'{t:.2f}' for t in theirs)})")
     print(f"  TRL / envace-gym: {b / a:.2f}x (TRL's mean completion length: {trl_length:.1f} tokens)")

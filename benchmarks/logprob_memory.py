@@ -43,9 +43,17 @@ def measure(kind: str, length: int) -> dict:
     from envace_gym.training.grpo import token_logprobs
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=1, num_key_value_heads=1, head_dim=64,
-                         max_position_embeddings=8192, tie_word_embeddings=True)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+    )
     model = Qwen3ForCausalLM(config)
     ids = torch.randint(0, VOCAB, (1, length))
     mask = torch.ones_like(ids)
@@ -72,12 +80,15 @@ def main() -> None:
     for length in args.lengths:
         rows = {}
         for kind in ("full", "chunked"):
-            out = subprocess.run([sys.executable, __file__, "--one", kind, str(length)], check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", kind, str(length)], check=True, capture_output=True, text=True
+            ).stdout
             rows[kind] = json.loads(out.strip().splitlines()[-1])
         f, c = rows["full"], rows["chunked"]
-        print(f"{length:>6} {f['extra_gib']:>9.2f} {c['extra_gib']:>12.2f} {f['extra_gib'] / c['extra_gib']:>6.1f} "
-              f"{f['seconds']:>7.2f} {c['seconds']:>10.2f}")
+        print(
+            f"{length:>6} {f['extra_gib']:>9.2f} {c['extra_gib']:>12.2f} {f['extra_gib'] / c['extra_gib']:>6.1f} "
+            f"{f['seconds']:>7.2f} {c['seconds']:>10.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -82,8 +82,10 @@ def reset_side(pool_size: int, resets: int, pause: float) -> list[float]:
 
 
 def row(label: str, times: list[float], scale: float, unit: str) -> str:
-    return (f"{label:<44} {statistics.median(times) * scale:>9.2f} {unit} median  "
-            f"{statistics.fmean(times) * scale:>9.2f} {unit} mean")
+    return (
+        f"{label:<44} {statistics.median(times) * scale:>9.2f} {unit} median  "
+        f"{statistics.fmean(times) * scale:>9.2f} {unit} mean"
+    )
 
 
 def main() -> None:
@@ -111,8 +113,14 @@ def main() -> None:
     overhead = statistics.median(steps) - statistics.median(sdk)
     print(f"env.step overhead over the bare client: {overhead * 1e3:.2f} ms per call (median)")
     print(f"\nenv.reset after an episode with one call, {args.resets} resets each")
-    print(row(f"warm pool, {args.episode_seconds:g} s episodes", reset_side(1, args.resets, args.episode_seconds),
-              1e3, "ms"))
+    print(
+        row(
+            f"warm pool, {args.episode_seconds:g} s episodes",
+            reset_side(1, args.resets, args.episode_seconds),
+            1e3,
+            "ms",
+        )
+    )
     print(row("warm pool, back to back", reset_side(1, args.resets, 0.0), 1e3, "ms"))
     print(row("no pool (pool_size=0)", reset_side(0, args.resets, 0.0), 1e3, "ms"))
 

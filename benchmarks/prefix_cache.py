@@ -83,15 +83,33 @@ def measure(agent: VLLMAgent, meter: PrefillMeter, env, task_ids: list[str], run
             prompt += meter.prompt - before[1]
             requests += meter.requests - before[2]
             turns += played if k == 0 else 0  # per committed turn of one run
-    return {"computed_per_turn": computed / turns, "prompt_per_turn": prompt / turns, "committed_turns": turns,
-            "requests_per_turn": requests / turns, "computed_per_request": computed / requests if requests else None,
-            "cached_share": 1 - computed / prompt if prompt else None}
+    return {
+        "computed_per_turn": computed / turns,
+        "prompt_per_turn": prompt / turns,
+        "committed_turns": turns,
+        "requests_per_turn": requests / turns,
+        "computed_per_request": computed / requests if requests else None,
+        "cached_share": 1 - computed / prompt if prompt else None,
+    }
 
 
 def trained_model(out: Path, steps: int) -> Path:
     init = tiny_model(out / "init", hidden_size=256, layers=4, env_id=ENV_ID)
-    sft = SFT(SFTConfig(model=f"hf:{init}", env_id=ENV_ID, out=str(out / "sft"), max_episodes=3000, batch=8,
-                        minibatch=8, steps=steps, lr=3e-3, save_every=0, seed=0, tensorboard=False))
+    sft = SFT(
+        SFTConfig(
+            model=f"hf:{init}",
+            env_id=ENV_ID,
+            out=str(out / "sft"),
+            max_episodes=3000,
+            batch=8,
+            minibatch=8,
+            steps=steps,
+            lr=3e-3,
+            save_every=0,
+            seed=0,
+            tensorboard=False,
+        )
+    )
     while sft.step < steps:
         sft.train_step()
     sft.model.save_pretrained(out / "model")
@@ -109,19 +127,30 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     model = args.model or trained_model(args.out, args.sft_steps)
-    agent = VLLMAgent(model, max_new_tokens=48, temperature=1.0, seed=0, dtype="float32", max_model_len=4096,
-                      block_size=args.block_size, gpu_memory_utilization=0.1, kv_cache_memory_bytes=256 << 20)
+    agent = VLLMAgent(
+        model,
+        max_new_tokens=48,
+        temperature=1.0,
+        seed=0,
+        dtype="float32",
+        max_model_len=4096,
+        block_size=args.block_size,
+        gpu_memory_utilization=0.1,
+        kv_cache_memory_bytes=256 << 20,
+    )
     meter = PrefillMeter(agent)
     env = gym.make(ENV_ID, split="test", dynamics="real", max_turns=5)
     rehearsed = gym.make(ENV_ID, split="test", dynamics="rehearsed", max_turns=5)
-    task_ids = env.unwrapped.task_ids[:args.tasks]
+    task_ids = env.unwrapped.task_ids[: args.tasks]
     results, stored = {}, env_module.rehearsal_content
     for storage, content in (("as written", stored), ("canonical", canonical_content)):
         env_module.rehearsal_content = content
-        rows = {"one run": measure(agent, meter, env, task_ids, 1, 0),
-                "four independent runs": measure(agent, meter, env, task_ids, 4, 0),
-                "N = 4 private rehearsal (parallel)": measure(agent, meter, env, task_ids, 1, 4),
-                "one run, rehearsed dynamics": measure(agent, meter, rehearsed, task_ids, 1, 0)}
+        rows = {
+            "one run": measure(agent, meter, env, task_ids, 1, 0),
+            "four independent runs": measure(agent, meter, env, task_ids, 4, 0),
+            "N = 4 private rehearsal (parallel)": measure(agent, meter, env, task_ids, 1, 4),
+            "one run, rehearsed dynamics": measure(agent, meter, rehearsed, task_ids, 1, 0),
+        }
         one = rows["one run"]["computed_per_turn"]
         for row in rows.values():
             row["x_one_run"] = row["computed_per_turn"] / one
@@ -129,13 +158,17 @@ def main() -> None:
     env_module.rehearsal_content = stored
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print(f"{args.tasks} office test tasks, block size {args.block_size}; prefill tokens computed per committed turn")
-    print(f"{'rehearsals stored':<12} {'row':<36} {'computed':>9} {'prompt':>9} {'cached':>7} {'x one run':>9} "
-          f"{'requests':>9} {'computed/request':>16}")
+    print(
+        f"{'rehearsals stored':<12} {'row':<36} {'computed':>9} {'prompt':>9} {'cached':>7} {'x one run':>9} "
+        f"{'requests':>9} {'computed/request':>16}"
+    )
     for storage, rows in results.items():
         for name, row in rows.items():
-            print(f"{storage:<12} {name:<36} {row['computed_per_turn']:>9.1f} {row['prompt_per_turn']:>9.1f} "
-                  f"{row['cached_share']:>7.1%} {row['x_one_run']:>9.2f} {row['requests_per_turn']:>9.2f} "
-                  f"{row['computed_per_request']:>16.1f}")
+            print(
+                f"{storage:<12} {name:<36} {row['computed_per_turn']:>9.1f} {row['prompt_per_turn']:>9.1f} "
+                f"{row['cached_share']:>7.1%} {row['x_one_run']:>9.2f} {row['requests_per_turn']:>9.2f} "
+                f"{row['computed_per_request']:>16.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,11 @@ from envace_gym.agents import KNNAgent, NoisyOracle, OracleAgent, PrivateRehears
 from envace_gym.agents.private_rehearsal import SELECTS
 from envace_gym.runner import run_episode
 
-SUITES = {"tau2-retail": ("EnvACE/tau2-retail-v0", "test", "train"),
-          "tau2-airline": ("EnvACE/tau2-airline-v0", "test", "train"),
-          "bfcl-base": ("EnvACE/bfcl-multi-turn-base-v0", None, None)}
+SUITES = {
+    "tau2-retail": ("EnvACE/tau2-retail-v0", "test", "train"),
+    "tau2-airline": ("EnvACE/tau2-airline-v0", "test", "train"),
+    "bfcl-base": ("EnvACE/bfcl-multi-turn-base-v0", None, None),
+}
 BUDGETS = (0, 1, 2, 4, 8)
 COST = ("real_calls", "rehearsal_attempts", "rehearsal_tokens", "rehearsal_seconds")
 
@@ -57,32 +59,55 @@ def measure(env, ids: list[str], budget: int, mode: str, select: str, world_mode
         agent = PrivateRehearsal(actor, env, budget, mode, select, world_model=world_model())
         records += [run_episode(env, agent, t, seed=i) for i, t in enumerate(ids)]
     rewards = [r["reward"] for r in records]
-    return {"reward": statistics.fmean(rewards), "stderr": statistics.stdev(rewards) / len(rewards) ** 0.5,
-            "episodes": len(records), **{k: statistics.fmean(r[k] for r in records) for k in COST}}
+    return {
+        "reward": statistics.fmean(rewards),
+        "stderr": statistics.stdev(rewards) / len(rewards) ** 0.5,
+        "episodes": len(records),
+        **{k: statistics.fmean(r[k] for r in records) for k in COST},
+    }
 
 
 def tables(rows: list[dict], n_tasks: int, seeds: int, p: float) -> str:
     def cell(suite, wm, mode, select, n):
-        return next(r for r in rows if r["suite"] == suite and r["budget"] == n and
-                    (n == 0 or (r["world_model"], r["mode"], r["select"]) == (wm, mode, select)))
+        return next(
+            r
+            for r in rows
+            if r["suite"] == suite
+            and r["budget"] == n
+            and (n == 0 or (r["world_model"], r["mode"], r["select"]) == (wm, mode, select))
+        )
 
     head = "| suite | world model | mode | select | " + " | ".join(f"N={n}" for n in BUDGETS) + " |"
-    lines = [f"Mean reward ({n_tasks} tasks per suite x {seeds} seed(s), noise p={p}; N=0 is the same "
-             "actor without rehearsal):", "", head, "|" + "---|" * (4 + len(BUDGETS))]
-    combos = sorted({(r["suite"], r["world_model"], r["mode"], r["select"]) for r in rows if r["budget"]},
-                    key=lambda c: (list(SUITES).index(c[0]), c[1] != "oracle", c[2], SELECTS.index(c[3])))
+    lines = [
+        f"Mean reward ({n_tasks} tasks per suite x {seeds} seed(s), noise p={p}; N=0 is the same "
+        "actor without rehearsal):",
+        "",
+        head,
+        "|" + "---|" * (4 + len(BUDGETS)),
+    ]
+    combos = sorted(
+        {(r["suite"], r["world_model"], r["mode"], r["select"]) for r in rows if r["budget"]},
+        key=lambda c: (list(SUITES).index(c[0]), c[1] != "oracle", c[2], SELECTS.index(c[3])),
+    )
     for combo in combos:
-        lines.append(f"| {' | '.join(combo)} | " + " | ".join(f"{cell(*combo, n)['reward']:.3f}" for n in BUDGETS)
-                     + " |")
-    lines += ["", "Cost per episode (parallel, best):", "",
-              "| suite | world model | N | real calls | attempts | rehearsal tokens | rehearsal s | reward ± s.e. |",
-              "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {' | '.join(combo)} | " + " | ".join(f"{cell(*combo, n)['reward']:.3f}" for n in BUDGETS) + " |"
+        )
+    lines += [
+        "",
+        "Cost per episode (parallel, best):",
+        "",
+        "| suite | world model | N | real calls | attempts | rehearsal tokens | rehearsal s | reward ± s.e. |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for suite, wm in sorted({(c[0], c[1]) for c in combos}, key=lambda c: (list(SUITES).index(c[0]), c[1])):
         for n in BUDGETS:
             r = cell(suite, wm, "parallel", "best", n)
-            lines.append(f"| {suite} | {wm} | {n} | {r['real_calls']:.2f} | {r['rehearsal_attempts']:.1f} | "
-                         f"{r['rehearsal_tokens']:.0f} | {r['rehearsal_seconds']:.3f} | "
-                         f"{r['reward']:.3f} ± {r['stderr']:.3f} |")
+            lines.append(
+                f"| {suite} | {wm} | {n} | {r['real_calls']:.2f} | {r['rehearsal_attempts']:.1f} | "
+                f"{r['rehearsal_tokens']:.0f} | {r['rehearsal_seconds']:.3f} | "
+                f"{r['reward']:.3f} ± {r['stderr']:.3f} |"
+            )
     return "\n".join(lines)
 
 
@@ -95,13 +120,29 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(SUITES), figsize=(5 * len(SUITES), 5), sharey=True)
     for ax, suite in zip(axes, SUITES):
         base = next(r["reward"] for r in rows if r["suite"] == suite and r["budget"] == 0)
-        combos = sorted({(r["world_model"], r["mode"], r["select"]) for r in rows if r["suite"] == suite and r["budget"]})
+        combos = sorted(
+            {(r["world_model"], r["mode"], r["select"]) for r in rows if r["suite"] == suite and r["budget"]}
+        )
         for wm, mode, select in combos:
-            ys = [base] + [next(r["reward"] for r in rows if r["suite"] == suite and r["budget"] == n and
-                                (r["world_model"], r["mode"], r["select"]) == (wm, mode, select)) for n in BUDGETS[1:]]
-            ax.plot(range(len(BUDGETS)), ys, color=f"C{SELECTS.index(select)}",
-                    linestyle="-" if wm == "oracle" else "--", marker="o" if mode == "parallel" else "s",
-                    alpha=1.0 if mode == "parallel" else 0.45, label=f"{select} · {wm} · {mode}")
+            ys = [base] + [
+                next(
+                    r["reward"]
+                    for r in rows
+                    if r["suite"] == suite
+                    and r["budget"] == n
+                    and (r["world_model"], r["mode"], r["select"]) == (wm, mode, select)
+                )
+                for n in BUDGETS[1:]
+            ]
+            ax.plot(
+                range(len(BUDGETS)),
+                ys,
+                color=f"C{SELECTS.index(select)}",
+                linestyle="-" if wm == "oracle" else "--",
+                marker="o" if mode == "parallel" else "s",
+                alpha=1.0 if mode == "parallel" else 0.45,
+                label=f"{select} · {wm} · {mode}",
+            )
         ax.set_xticks(range(len(BUDGETS)), [str(n) for n in BUDGETS])
         ax.set_title(suite)
         ax.set_xlabel("attempts N")
@@ -125,18 +166,20 @@ def main() -> None:
     rows, start = [], time.perf_counter()
     for suite, (env_id, split, other_split) in SUITES.items():
         env = gym.make(env_id, split=split) if split else gym.make(env_id)
-        ids = env.unwrapped.task_ids[:args.tasks]
+        ids = env.unwrapped.task_ids[: args.tasks]
         knn = filled_knn(env_id, other_split, ids, args.knn_tasks)
-        world_models = {"oracle": lambda: OracleAgent(env), "knn": lambda: copy.deepcopy(knn)}
-        rows.append({"suite": suite, "budget": 0,
-                     **measure(env, ids, 0, "parallel", "best", lambda: None, args.p, args.seeds)})
+        world_models = {"oracle": lambda env=env: OracleAgent(env), "knn": lambda knn=knn: copy.deepcopy(knn)}
+        rows.append(
+            {"suite": suite, "budget": 0, **measure(env, ids, 0, "parallel", "best", lambda: None, args.p, args.seeds)}
+        )
         for wm, world_model in world_models.items():
             for mode in args.modes.split(","):
                 for select in SELECTS:
                     for n in BUDGETS[1:]:
                         result = measure(env, ids, n, mode, select, world_model, args.p, args.seeds)
-                        rows.append({"suite": suite, "world_model": wm, "mode": mode, "select": select, "budget": n,
-                                     **result})
+                        rows.append(
+                            {"suite": suite, "world_model": wm, "mode": mode, "select": select, "budget": n, **result}
+                        )
         print(f"{suite}: done at {time.perf_counter() - start:.0f} s", flush=True)
     text = tables(rows, args.tasks, args.seeds, args.p)
     print(text)

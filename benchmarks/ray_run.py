@@ -28,8 +28,14 @@ from envace_gym.envs.mcp import make_env
 from envace_gym.runner import run_batched
 
 SERVER = [sys.executable, str(Path(__file__).with_name("slow_mcp_server.py"))]  # + its port
-TASKS = [{"id": f"lookup-{i}", "user": f"Look up keys k{i}a, k{i}b, k{i}c and k{i}d.",
-          "gold": [{"name": "lookup", "arguments": {"key": f"k{i}{c}"}} for c in "abcd"]} for i in range(64)]
+TASKS = [
+    {
+        "id": f"lookup-{i}",
+        "user": f"Look up keys k{i}a, k{i}b, k{i}c and k{i}d.",
+        "gold": [{"name": "lookup", "arguments": {"key": f"k{i}{c}"}} for c in "abcd"],
+    }
+    for i in range(64)
+]
 SLOW = "Bench/slow-mcp-v0"
 if SLOW not in gym.registry:  # imported by each Ray worker too (the spec names this file)
     # gym.make(SLOW, server=URL): the server's URL comes with the make arguments, to every worker too
@@ -74,8 +80,9 @@ def main() -> None:
     results = {}
     try:
         for name, env_id, spec_id, make_kwargs in (
-                ("slow-mcp (50 ms a call)", SLOW, f"{__file__}:{SLOW}", {"server": f"http://127.0.0.1:{port}/mcp"}),
-                ("tau2-retail (oracle)", "EnvACE/tau2-retail-v0", "EnvACE/tau2-retail-v0", {})):
+            ("slow-mcp (50 ms a call)", SLOW, f"{__file__}:{SLOW}", {"server": f"http://127.0.0.1:{port}/mcp"}),
+            ("tau2-retail (oracle)", "EnvACE/tau2-retail-v0", "EnvACE/tau2-retail-v0", {}),
+        ):
             ids = gym.make(env_id, **make_kwargs).unwrapped.task_ids
             episodes = [(ids[i % len(ids)], i) for i in range(args.episodes)]
             row = {"one process": in_process(env_id, episodes, make_kwargs)}

@@ -36,8 +36,9 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def episode_tokens(env, oracle, tokenizer, task_id: str, rehearsal_format: str,
-                   cache: ResponseCache | None = None) -> tuple[int, int]:
+def episode_tokens(
+    env, oracle, tokenizer, task_id: str, rehearsal_format: str, cache: ResponseCache | None = None
+) -> tuple[int, int]:
     """(tokens processed, tool calls) for one gold episode."""
     env.unwrapped.rehearsal_format, env.unwrapped.response_cache = rehearsal_format, cache
     obs, _ = env.reset(options={"task_id": task_id})
@@ -82,8 +83,10 @@ def main() -> None:
         if not chosen:
             continue
         inline, prompted, cached = (statistics.fmean(r[k] for r in chosen) for k in (2, 3, 4))
-        print(f"{label:>16}{len(chosen):4d}{inline:8.0f}{prompted:10.0f}{inline / prompted:7.3f}"
-              f"{cached:16.0f}{inline / cached:7.3f}")
+        print(
+            f"{label:>16}{len(chosen):4d}{inline:8.0f}{prompted:10.0f}{inline / prompted:7.3f}"
+            f"{cached:16.0f}{inline / cached:7.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -88,8 +88,10 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "envace_gym.cli", "serve", args.env, "--port", str(port),
-                               "--max-sessions", "17"], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "envace_gym.cli", "serve", args.env, "--port", str(port), "--max-sessions", "17"],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             try:
@@ -109,17 +111,24 @@ def main() -> None:
         rates = {n: throughput(url, episodes, n) for n in (1, 4, 16)}
     finally:
         server.kill()
-    result = {"env": args.env, "episodes": len(episodes), "steps": len(local),
-              "in_process_step_ms": statistics.median(local) * 1e3, "remote_step_ms": statistics.median(remote) * 1e3,
-              "overhead_ratio": statistics.median(remote) / statistics.median(local),
-              "remote_overhead_ms": (statistics.median(remote) - statistics.median(local)) * 1e3,
-              "wire_floor_ms": statistics.median(floor) * 1e3,
-              "episodes_per_second": {str(n): r for n, r in rates.items()}}
+    result = {
+        "env": args.env,
+        "episodes": len(episodes),
+        "steps": len(local),
+        "in_process_step_ms": statistics.median(local) * 1e3,
+        "remote_step_ms": statistics.median(remote) * 1e3,
+        "overhead_ratio": statistics.median(remote) / statistics.median(local),
+        "remote_overhead_ms": (statistics.median(remote) - statistics.median(local)) * 1e3,
+        "wire_floor_ms": statistics.median(floor) * 1e3,
+        "episodes_per_second": {str(n): r for n, r in rates.items()},
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"{args.env}: {len(episodes)} gold episodes, {len(local)} steps")
-    print(f"median step: in process {result['in_process_step_ms']:.3f} ms · RemoteEnv {result['remote_step_ms']:.3f} ms"
-          f" · ratio {result['overhead_ratio']:.1f}x (+{result['remote_overhead_ms']:.2f} ms a step)")
+    print(
+        f"median step: in process {result['in_process_step_ms']:.3f} ms · RemoteEnv {result['remote_step_ms']:.3f} ms"
+        f" · ratio {result['overhead_ratio']:.1f}x (+{result['remote_overhead_ms']:.2f} ms a step)"
+    )
     print(f"the wire's floor (a state request, no env call): {result['wire_floor_ms']:.3f} ms")
     print("episodes per second on one server: " + " · ".join(f"{n} sessions {r:.1f}" for n, r in rates.items()))
 

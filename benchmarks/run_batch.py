@@ -23,8 +23,7 @@ from envace_gym.runner import run_episodes
 from envace_gym.testing import tiny_model
 
 ENV_ID = "EnvACE/tau2-mock-gen-v0"
-ENGINE = {"gpu_memory_utilization": 0.1, "max_model_len": 4096, "dtype": "float32",
-          "kv_cache_memory_bytes": 128 << 20}
+ENGINE = {"gpu_memory_utilization": 0.1, "max_model_len": 4096, "dtype": "float32", "kv_cache_memory_bytes": 128 << 20}
 
 
 def measure(agent, batch: int, episodes: int, max_turns: int) -> tuple[float, float]:
@@ -48,8 +47,10 @@ def main() -> None:
         measure(agent, 1, 1, args.max_turns)  # warm-up
         rows = {batch: measure(agent, batch, args.episodes, args.max_turns) for batch in (1, 8)}
         agent.close()
-    print(f"{args.episodes} {ENV_ID} episodes, rehearsed, <= {args.max_turns} act turns, "
-          f"{args.new_tokens} new tokens per generation, tiny model on vLLM")
+    print(
+        f"{args.episodes} {ENV_ID} episodes, rehearsed, <= {args.max_turns} act turns, "
+        f"{args.new_tokens} new tokens per generation, tiny model on vLLM"
+    )
     print(f"{'':10}{'episodes/s':>12}{'act turns/s':>13}")
     for batch, (episodes, turns) in rows.items():
         print(f"batch {batch:<4}{episodes:12.2f}{turns:13.1f}")

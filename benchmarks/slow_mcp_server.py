@@ -1,6 +1,6 @@
 """An MCP server whose one tool takes 50 ms: a suite whose calls cost real time.
 
-    python benchmarks/slow_mcp_server.py PORT      # streamable HTTP on 127.0.0.1:PORT/mcp
+python benchmarks/slow_mcp_server.py PORT      # streamable HTTP on 127.0.0.1:PORT/mcp
 """
 
 import sys

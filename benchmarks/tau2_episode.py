@@ -40,8 +40,7 @@ def tau2_episode(domain: str, task) -> dict:
     t0 = time.perf_counter()
     env = registry.get_env_constructor(domain)()
     state = task.initial_state
-    env.set_state(state.initialization_data if state else None,
-                  state.initialization_actions if state else None, [])
+    env.set_state(state.initialization_data if state else None, state.initialization_actions if state else None, [])
     t1 = time.perf_counter()
     messages, steps = [], []
     for i, action in enumerate(task.evaluation_criteria.actions or []):
@@ -51,10 +50,16 @@ def tau2_episode(domain: str, task) -> dict:
         messages.append(env.get_response(call))
         steps.append(time.perf_counter() - s)
     t2 = time.perf_counter()
-    run = SimulationRun(id="b", task_id=task.id, start_time="", end_time="", duration=0.0,
-                        termination_reason=TerminationReason.USER_STOP, messages=messages)
-    evaluate_simulation(simulation=run, task=task, evaluation_type=EvaluationType.ALL,
-                        solo_mode=False, domain=domain)
+    run = SimulationRun(
+        id="b",
+        task_id=task.id,
+        start_time="",
+        end_time="",
+        duration=0.0,
+        termination_reason=TerminationReason.USER_STOP,
+        messages=messages,
+    )
+    evaluate_simulation(simulation=run, task=task, evaluation_type=EvaluationType.ALL, solo_mode=False, domain=domain)
     t3 = time.perf_counter()
     return {"reset": t1 - t0, "steps": steps, "score": t3 - t2, "total": t3 - t0}
 
@@ -131,23 +136,36 @@ def main() -> None:
     print(f"{args.domain} ({args.split}): {len(ids)} gold episodes, median milliseconds")
     print(f"{'':16}{'reset':>10}{'step':>10}{'score':>10}{'episode':>10}")
     for name, rows in (("tau2", tau2), ("envace (first)", cold), ("envace", warm)):
-        print(f"{name:16}{med([r['reset'] for r in rows]):10.3f}"
-              f"{med([s for r in rows for s in r['steps']] or [0]):10.3f}"
-              f"{med([r['score'] for r in rows]):10.3f}{med([r['total'] for r in rows]):10.3f}")
+        print(
+            f"{name:16}{med([r['reset'] for r in rows]):10.3f}"
+            f"{med([s for r in rows for s in r['steps']] or [0]):10.3f}"
+            f"{med([r['score'] for r in rows]):10.3f}{med([r['total'] for r in rows]):10.3f}"
+        )
     for name, rows in (("first visit", cold), ("cached", warm)):
         ratios = [a["total"] / b["total"] for a, b in zip(tau2, rows)]
-        print(f"per-episode speed-up, {name}: median {statistics.median(ratios):.1f}x, "
-              f"min {min(ratios):.1f}x")
+        print(f"per-episode speed-up, {name}: median {statistics.median(ratios):.1f}x, min {min(ratios):.1f}x")
 
     # memory: each side in a fresh process, so freed heap of the other cannot hide its cost
     def per_episode(side: str, n: int) -> float:
-        cmd = [sys.executable, __file__, "--domain", args.domain, "--split", args.split,
-               "--rss", side, "--live", str(n)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--domain",
+            args.domain,
+            "--split",
+            args.split,
+            "--rss",
+            side,
+            "--live",
+            str(n),
+        ]
         return float(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()[-1])
 
     tau2_per, per = per_episode("tau2", args.tau2_live), per_episode("envace", args.live)
-    print(f"RSS per extra live episode: tau2 {tau2_per / 1024:.2f} MiB ({args.tau2_live} live), "
-          f"envace {per:.1f} KiB ({args.live} live); ratio {tau2_per / per:.0f}x")
+    print(
+        f"RSS per extra live episode: tau2 {tau2_per / 1024:.2f} MiB ({args.tau2_live} live), "
+        f"envace {per:.1f} KiB ({args.live} live); ratio {tau2_per / per:.0f}x"
+    )
     sys.stdout.flush()
 
 

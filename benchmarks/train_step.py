@@ -36,14 +36,14 @@ def rows(env, oracle, tokenizer, task_id: str) -> tuple[int, list[int], int]:
         action = oracle.act(obs)
         if obs["role"] == "rehearse":
             prompt, _ = render_prompt(tokenizer, obs)
-            rehearse_rows.append(len(tokenizer(prompt + action + tokenizer.eos_token,
-                                               add_special_tokens=False)["input_ids"]))
+            rehearse_rows.append(
+                len(tokenizer(prompt + action + tokenizer.eos_token, add_special_tokens=False)["input_ids"])
+            )
         obs, _, terminated, truncated, info = env.step(action)
         calls += len(info["tool_calls"])
         done = terminated or truncated
     episode = env.unwrapped.episode
-    conversation = tokenizer.apply_chat_template(episode.messages, tools=env.unwrapped.tools.schemas,
-                                                 tokenize=False)
+    conversation = tokenizer.apply_chat_template(episode.messages, tools=env.unwrapped.tools.schemas, tokenize=False)
     inline = len(tokenizer(conversation, add_special_tokens=False)["input_ids"])
     return inline, [inline] + rehearse_rows, calls
 
@@ -57,11 +57,14 @@ def main() -> None:
     env = gym.make("EnvACE/tau2-retail-v0", split=args.split, dynamics="rehearsed", reward="replay")
     oracle = agents.load("oracle", env=env)
     results = [rows(env, oracle, tokenizer, t) for t in env.unwrapped.task_ids]
-    print(f"tau2-retail {args.split}: {len(results)} gold episodes, mean tokens per episode through "
-          "forward and backward")
+    print(
+        f"tau2-retail {args.split}: {len(results)} gold episodes, mean tokens per episode through forward and backward"
+    )
     print(f"{'episodes':>16}{'n':>4}{'inline':>9}{'prompted':>10}{'rows':>6}{'ratio':>8}")
-    for label, chosen in (("all", results),
-                          (f">= {args.min_calls} calls", [r for r in results if r[2] >= args.min_calls])):
+    for label, chosen in (
+        ("all", results),
+        (f">= {args.min_calls} calls", [r for r in results if r[2] >= args.min_calls]),
+    ):
         if chosen:
             inline = statistics.fmean(r[0] for r in chosen)
             prompted = statistics.fmean(sum(r[1]) for r in chosen)

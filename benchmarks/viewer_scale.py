@@ -26,21 +26,48 @@ def episode(i: int, tokens: int) -> dict:
     text = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(tokens // 10))
     messages = [{"role": "system", "content": text}]
     for turn in range(8):
-        messages += [{"role": "user", "content": text[:400]},
-                     {"role": "assistant", "content": "", "tool_calls": [
-                         {"id": f"c{turn}", "type": "function", "function": {"name": "get", "arguments": {"n": turn}}}]},
-                     {"role": "tool", "tool_call_id": f"c{turn}", "name": "get", "content": json.dumps({"body": text})}]
-    return {"task_id": str(i), "reward": i % 2, "reward_source": "world", "dynamics": "real", "turns": 8,
-            "real_calls": 8, "ended_by": "user_stop", "error": None, "reward_info": {}, "messages": messages}
+        messages += [
+            {"role": "user", "content": text[:400]},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": f"c{turn}", "type": "function", "function": {"name": "get", "arguments": {"n": turn}}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"c{turn}", "name": "get", "content": json.dumps({"body": text})},
+        ]
+    return {
+        "task_id": str(i),
+        "reward": i % 2,
+        "reward_source": "world",
+        "dynamics": "real",
+        "turns": 8,
+        "real_calls": 8,
+        "ended_by": "user_stop",
+        "error": None,
+        "reward_info": {},
+        "messages": messages,
+    }
 
 
 def open_seconds(chromium: str, page: Path, runs: int = 3) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                        f"{page.as_uri()}#tab=runs&q=&sort=-reward&page=0&open=0"],
-                       capture_output=True, timeout=300, check=True)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--dump-dom",
+                f"{page.as_uri()}#tab=runs&q=&sort=-reward&page=0&open=0",
+            ],
+            capture_output=True,
+            timeout=300,
+            check=True,
+        )
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -54,13 +81,19 @@ def main() -> None:
         records.write_text("\n".join(json.dumps(episode(i, 5000)) for i in range(n)) + "\n")
         start = time.perf_counter()
         page = render([records], folder / f"{name}.html")
-        rows[name] = {"episodes": n, "records_mb": records.stat().st_size / 1e6, "html_mb": page.stat().st_size / 1e6,
-                      "write_s": time.perf_counter() - start,
-                      "open_s": open_seconds(chromium, page) if chromium else None}
+        rows[name] = {
+            "episodes": n,
+            "records_mb": records.stat().st_size / 1e6,
+            "html_mb": page.stat().st_size / 1e6,
+            "write_s": time.perf_counter() - start,
+            "open_s": open_seconds(chromium, page) if chromium else None,
+        }
     for name, row in rows.items():
         opened = f"{row['open_s']:.2f} s" if row["open_s"] is not None else "no chromium"
-        print(f"{name:>5}: {row['episodes']:>4} episodes · records {row['records_mb']:.1f} MB · html "
-              f"{row['html_mb']:.1f} MB · written in {row['write_s']:.2f} s · opened in {opened}")
+        print(
+            f"{name:>5}: {row['episodes']:>4} episodes · records {row['records_mb']:.1f} MB · html "
+            f"{row['html_mb']:.1f} MB · written in {row['write_s']:.2f} s · opened in {opened}"
+        )
     if chromium:
         print(f"open time, large / small: {rows['large']['open_s'] / rows['small']['open_s']:.2f}x")
 

@@ -34,24 +34,40 @@ def calls(domain: str, task) -> list[tuple[str, dict]]:
     if domain == "delivery":
         store = next(iter(env["stores"].values()))
         product = store["products"][0]
-        return [("delivery_store_search_recommand", {"keywords": [store["name"].split()[0]]}),
-                ("delivery_product_search_recommand", {"keywords": [product["name"]]}),
-                ("get_delivery_store_info", {"store_id": store["store_id"]}),
-                ("get_delivery_product_info", {"product_id": product["product_id"]}),
-                ("create_delivery_order", {"user_id": user, "store_id": store["store_id"],
-                                           "product_ids": [product["product_id"]], "product_cnts": [1],
-                                           "address": env["location"][0]["address"], "dispatch_time": later}),
-                ("pay_delivery_order", {"order_id": "$order"}), ("cancel_delivery_order", {"order_id": "$order"}),
-                ("get_delivery_order_detail", {"order_id": "$order"})]
+        return [
+            ("delivery_store_search_recommand", {"keywords": [store["name"].split()[0]]}),
+            ("delivery_product_search_recommand", {"keywords": [product["name"]]}),
+            ("get_delivery_store_info", {"store_id": store["store_id"]}),
+            ("get_delivery_product_info", {"product_id": product["product_id"]}),
+            (
+                "create_delivery_order",
+                {
+                    "user_id": user,
+                    "store_id": store["store_id"],
+                    "product_ids": [product["product_id"]],
+                    "product_cnts": [1],
+                    "address": env["location"][0]["address"],
+                    "dispatch_time": later,
+                },
+            ),
+            ("pay_delivery_order", {"order_id": "$order"}),
+            ("cancel_delivery_order", {"order_id": "$order"}),
+            ("get_delivery_order_detail", {"order_id": "$order"}),
+        ]
     shop = next(iter(env["shops"].values()))
     product = shop["products"][0]
-    return [("instore_shop_search_recommend", {"keywords": [shop["shop_name"]]}),
-            ("instore_product_search_recommend", {"keywords": [product["name"]]}),
-            ("create_instore_product_order", {"user_id": user, "shop_id": shop["shop_id"],
-                                              "product_id": product["product_id"], "quantity": 1}),
-            ("pay_instore_order", {"order_id": "$order"}), ("instore_cancel_order", {"order_id": "$order"}),
-            ("instore_reservation", {"user_id": user, "shop_id": shop["shop_id"], "time": later, "customer_count": 2}),
-            ("get_instore_orders", {"user_id": user})]
+    return [
+        ("instore_shop_search_recommend", {"keywords": [shop["shop_name"]]}),
+        ("instore_product_search_recommend", {"keywords": [product["name"]]}),
+        (
+            "create_instore_product_order",
+            {"user_id": user, "shop_id": shop["shop_id"], "product_id": product["product_id"], "quantity": 1},
+        ),
+        ("pay_instore_order", {"order_id": "$order"}),
+        ("instore_cancel_order", {"order_id": "$order"}),
+        ("instore_reservation", {"user_id": user, "shop_id": shop["shop_id"], "time": later, "customer_count": 2}),
+        ("get_instore_orders", {"user_id": user}),
+    ]
 
 
 def with_order(arguments: dict, order: str | None) -> dict:
@@ -77,8 +93,9 @@ def vitabench_path(domain: str, task, module, clear, order_of) -> dict:
     copy = module.get_environment(task.environment, "english")
     order = None
     for i, (name, arguments) in enumerate(mix):
-        order = order or order_of(copy.get_response(ToolCall(id=str(i), name=name,
-                                                             arguments=with_order(arguments, order))).content)
+        order = order or order_of(
+            copy.get_response(ToolCall(id=str(i), name=name, arguments=with_order(arguments, order))).content
+        )
     return {"first": t1 - t0, "reset": t1 - t0, "call": per_call, "fork": time.perf_counter() - s}
 
 
@@ -118,17 +135,22 @@ def main() -> None:
         found = ids.findall(text)
         return found[0] if found else None
 
-    print(f"median ms per operation over {args.tasks} tasks per domain "
-          "(call: over all calls; 1st reset: a task's first)")
+    print(
+        f"median ms per operation over {args.tasks} tasks per domain (call: over all calls; 1st reset: a task's first)"
+    )
     print(f"{'domain':10} {'path':11} {'1st reset':>9} {'reset':>8} {'call':>8} {'fork':>8}")
     for domain, env in envs.items():
         module = importlib.import_module(f"vita.domains.{domain}.environment")
-        tasks = [t.data for t in env.unwrapped.suite.tasks[:args.tasks]]
-        for name, run in (("vitabench", lambda t: vitabench_path(domain, t, module, _clear_global_state, order_of)),
-                          ("envace-gym", lambda t: envace_path(domain, env, t, order_of))):
+        tasks = [t.data for t in env.unwrapped.suite.tasks[: args.tasks]]
+        for name, run in (
+            ("vitabench", lambda t, d=domain, m=module: vitabench_path(d, t, m, _clear_global_state, order_of)),
+            ("envace-gym", lambda t, d=domain, e=env: envace_path(d, e, t, order_of)),
+        ):
             results = [run(t) for t in tasks]
-            print(f"{domain:10} {name:11} {ms([r['first'] for r in results]):>9} {ms([r['reset'] for r in results])} "
-                  f"{ms([c for r in results for c in r['call']])} {ms([r['fork'] for r in results])}")
+            print(
+                f"{domain:10} {name:11} {ms([r['first'] for r in results]):>9} {ms([r['reset'] for r in results])} "
+                f"{ms([c for r in results for c in r['call']])} {ms([r['fork'] for r in results])}"
+            )
 
 
 if __name__ == "__main__":

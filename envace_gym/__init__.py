@@ -15,7 +15,24 @@ from envace_gym.wrappers import SelfRehearsal
 
 register_all()
 
-__all__ = ["DYNAMICS", "ENV_IDS", "EnvACEEnv", "ErrorCode", "Grader", "Limits", "Response", "ResponseCache",
-           "ScriptedUser", "SelfRehearsal", "Suite", "Task", "ToolError", "ToolSet", "User", "UserReply", "World",
-           "register_suite"]
+__all__ = [
+    "DYNAMICS",
+    "ENV_IDS",
+    "EnvACEEnv",
+    "ErrorCode",
+    "Grader",
+    "Limits",
+    "Response",
+    "ResponseCache",
+    "ScriptedUser",
+    "SelfRehearsal",
+    "Suite",
+    "Task",
+    "ToolError",
+    "ToolSet",
+    "User",
+    "UserReply",
+    "World",
+    "register_suite",
+]
 __version__ = "0.2.0"

@@ -59,8 +59,9 @@ def _error_response(code: ErrorCode, message: str, native: Any = None) -> Respon
     return Response(error=ToolError(code, message[:1000]), native=native or f"Error: {message[:1000]}")
 
 
-def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limits,
-            requestor: str = "assistant") -> Response:
+def execute(
+    suite: Suite, world: World, name: str, arguments: dict, limits: Limits, requestor: str = "assistant"
+) -> Response:
     """One schema-valid call on ``world`` within ``limits``; whatever happens, a Response.
 
     A call over its time budget answers ``limit_exceeded`` (its ``native`` is
@@ -80,20 +81,21 @@ def execute(suite: Suite, world: World, name: str, arguments: dict, limits: Limi
         else:
             response = run_bounded(run, limits.call_seconds)
     except BudgetExceeded:
-        return error(ErrorCode.LIMIT_EXCEEDED, f"{name} ran past its time budget of {limits.call_seconds} s",
-                     OVER_TIME)
+        return error(ErrorCode.LIMIT_EXCEEDED, f"{name} ran past its time budget of {limits.call_seconds} s", OVER_TIME)
     except MemoryError:
         return error(ErrorCode.LIMIT_EXCEEDED, f"{name} ran past its memory budget")
     except Exception as e:
         return error(ErrorCode.EXECUTION_ERROR, f"{name}: {type(e).__name__}: {e}")
     if not isinstance(response, Response) or (response.text is None) == (response.error is None):
-        return error(ErrorCode.EXECUTION_ERROR, f"{name}: the world answered {type(response).__name__}, "
-                                                "not a Response with text or an error")
+        return error(
+            ErrorCode.EXECUTION_ERROR,
+            f"{name}: the world answered {type(response).__name__}, not a Response with text or an error",
+        )
     if response.error is None:
         return checked(name, response, limits)
     native = response.native if isinstance(response.native, (str, type(None))) else repr(response.native)
     if native is not None and len(native) > limits.response_chars:  # an error keeps at most the limit
-        response = Response(error=response.error, native=native[:limits.response_chars])
+        response = Response(error=response.error, native=native[: limits.response_chars])
     return response
 
 

@@ -14,8 +14,7 @@ from envace_gym.agents.base import RoleSplit
 METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
 
 
-def compare_calls(env: gym.Env, actor: Agent, rehearser: Agent, task_ids: list[str],
-                  seed: int = 0) -> Iterator[dict]:
+def compare_calls(env: gym.Env, actor: Agent, rehearser: Agent, task_ids: list[str], seed: int = 0) -> Iterator[dict]:
     """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``): one record per call."""
     agent = RoleSplit(actor, rehearser)
     for i, task_id in enumerate(task_ids):
@@ -27,8 +26,14 @@ def compare_calls(env: gym.Env, actor: Agent, rehearser: Agent, task_ids: list[s
             for call in info["tool_calls"]:
                 if call.get("rehearsed") is None:
                     continue  # rejected before anything ran: nothing to compare
-                yield {"task_id": task_id, "tool": call["name"], "arguments": call["arguments"],
-                       "real": call["real"], "rehearsed": call["rehearsed"], **call["fidelity"]}
+                yield {
+                    "task_id": task_id,
+                    "tool": call["name"],
+                    "arguments": call["arguments"],
+                    "real": call["real"],
+                    "rehearsed": call["rehearsed"],
+                    **call["fidelity"],
+                }
 
 
 def summarize(records: list[dict]) -> dict[str, dict]:
@@ -38,8 +43,11 @@ def summarize(records: list[dict]) -> dict[str, dict]:
         groups.setdefault(r["tool"], []).append(r)
     groups = dict(sorted(groups.items()))
     groups["all"] = records
-    return {tool: {"calls": len(rows), **{m: statistics.fmean(float(r[m]) for r in rows) for m in METRICS}}
-            for tool, rows in groups.items() if rows}
+    return {
+        tool: {"calls": len(rows), **{m: statistics.fmean(float(r[m]) for r in rows) for m in METRICS}}
+        for tool, rows in groups.items()
+        if rows
+    }
 
 
 def figure(summary: dict[str, dict], title: str):
@@ -56,8 +64,7 @@ def figure(summary: dict[str, dict], title: str):
     height = 0.8 / len(METRICS)
     fig, ax = plt.subplots(figsize=(8.0, 1.6 + 0.4 * len(tools)))
     for i, metric in enumerate(METRICS):
-        ax.barh(y + (i - len(METRICS) / 2 + 0.5) * height, [summary[t][metric] for t in tools], height,
-                label=metric)
+        ax.barh(y + (i - len(METRICS) / 2 + 0.5) * height, [summary[t][metric] for t in tools], height, label=metric)
     ax.set_yticks(y, [f"{t} ({summary[t]['calls']})" for t in tools], fontsize=8)
     ax.set_ylim(len(tools) - 0.5, -0.5)  # the first tool on top
     ax.set_xlim(0, 1.05)

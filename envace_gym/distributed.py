@@ -43,8 +43,9 @@ class EnvWorker:
         from envace_gym.runner import make_envs
 
         self.envs = make_envs(resolve_env(spec.env_id), spec.envs_per_worker, **spec.make_kwargs)
-        self.agent = agents.with_rehearsal(agents.load(spec.agent, env=self.envs[0], **spec.agent_kwargs),
-                                           self.envs[0], **spec.rehearsal)
+        self.agent = agents.with_rehearsal(
+            agents.load(spec.agent, env=self.envs[0], **spec.agent_kwargs), self.envs[0], **spec.rehearsal
+        )
         self.rehearser = agents.load(spec.rehearser, env=self.envs[0]) if spec.rehearser else None
 
     def play(self, episodes: list[tuple[str, int]]) -> list[dict]:
@@ -74,15 +75,21 @@ def connect(address: str | None = None, workers: int = 1):
 
     if not ray.is_initialized():
         if address is None:  # a small object store: records are small, and this may be a laptop
-            ray.init(num_cpus=max(workers, os.cpu_count() or 1), object_store_memory=256 << 20,
-                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+            ray.init(
+                num_cpus=max(workers, os.cpu_count() or 1),
+                object_store_memory=256 << 20,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     return ray
 
 
-def run_distributed(spec: WorkerSpec, episodes: Sequence[tuple[str, int]], workers: int,
-                    address: str | None = None, tries: int = 3) -> Iterator[dict]:
+def run_distributed(
+    spec: WorkerSpec, episodes: Sequence[tuple[str, int]], workers: int, address: str | None = None, tries: int = 3
+) -> Iterator[dict]:
     """Play ``episodes`` on ``workers`` Ray actors and yield their records in ``episodes``' order (for
     ``compare``, a failed episode is one record with ``tool`` None and its ``error``).
 
@@ -105,7 +112,7 @@ def run_distributed(spec: WorkerSpec, episodes: Sequence[tuple[str, int]], worke
             ray.kill(actor)
         raise ValueError(f"the Ray workers could not start: {' '.join(str(e).split())[-800:]}") from None
     k = spec.envs_per_worker
-    chunks = [list(episodes[i:i + k]) for i in range(0, len(episodes), k)]
+    chunks = [list(episodes[i : i + k]) for i in range(0, len(episodes), k)]
     pending, free, finished, sent, written = {}, list(actors), {}, 0, 0
     try:
         while written < len(chunks):
@@ -119,8 +126,12 @@ def run_distributed(spec: WorkerSpec, episodes: Sequence[tuple[str, int]], worke
                 finished[i] = ray.get(ready)
             except ray.exceptions.RayError as e:  # still failing after `tries`: each episode says why
                 cause = f"failed {tries} times: {' '.join(str(e).split())[:500]}"
-                finished[i] = [{"task_id": task_id, "seed": seed, "tool": None, "error": cause} if spec.rehearser
-                               else failed_record(probe, agent_name, task_id, seed, cause) for task_id, seed in chunks[i]]
+                finished[i] = [
+                    {"task_id": task_id, "seed": seed, "tool": None, "error": cause}
+                    if spec.rehearser
+                    else failed_record(probe, agent_name, task_id, seed, cause)
+                    for task_id, seed in chunks[i]
+                ]
             free.append(actor)
             while written in finished:
                 yield from finished.pop(written)
@@ -158,15 +169,16 @@ class EnvPool:
     each round's resets and steps to all actors at once, so slow users, judges and tools run in
     parallel while generation stays batched in the trainer."""
 
-    def __init__(self, env_id: str, n: int, workers: int, make_kwargs: dict | None = None,
-                 address: str | None = None):
+    def __init__(self, env_id: str, n: int, workers: int, make_kwargs: dict | None = None, address: str | None = None):
         if n < 1 or workers < 1:
             raise ValueError(f"an env pool needs at least one env and one worker, got {n} and {workers}")
         self.ray = connect(address, workers)
         self.n, self.workers = n, min(workers, n)
         host = self.ray.remote(num_cpus=1)(EnvHost)
-        self.hosts = [host.options(scheduling_strategy="SPREAD").remote(
-            env_id, len(range(w, n, self.workers)), make_kwargs or {}) for w in range(self.workers)]
+        self.hosts = [
+            host.options(scheduling_strategy="SPREAD").remote(env_id, len(range(w, n, self.workers)), make_kwargs or {})
+            for w in range(self.workers)
+        ]
 
     def __len__(self) -> int:
         return self.n

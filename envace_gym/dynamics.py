@@ -37,14 +37,25 @@ class Dynamics:
 
 
 # by name, in the order the names are listed to users
-DYNAMICS: dict[str, Dynamics] = {d.name: d for d in (
-    Dynamics("real", "world", "world"),
-    Dynamics("rehearsed", "policy", "actions"),
-    Dynamics("simulated", "simulator", "actions"),
-    Dynamics("replay", "recording", "actions"),
-    Dynamics("mixed", "either", "actions"),
-    Dynamics("shadow", "world", "world", shadow=True),
-)}
+DYNAMICS: dict[str, Dynamics] = {
+    d.name: d
+    for d in (
+        Dynamics("real", "world", "world"),
+        Dynamics("rehearsed", "policy", "actions"),
+        Dynamics("simulated", "simulator", "actions"),
+        Dynamics("replay", "recording", "actions"),
+        Dynamics("mixed", "either", "actions"),
+        Dynamics("shadow", "world", "world", shadow=True),
+    )
+}
+
+
+def check_dynamics(name: str, simulator) -> Dynamics:
+    """:func:`get`, refusing a dynamics that needs a simulator when none is given."""
+    dynamics = get(name)
+    if dynamics.answers == "simulator" and simulator is None:
+        raise ValueError(f"dynamics={name!r} needs a simulator= agent to answer tool calls")
+    return dynamics
 
 
 def get(name: str) -> Dynamics:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections import deque
 from typing import Any
@@ -10,16 +11,23 @@ from typing import Any
 import gymnasium as gym
 
 from envace_gym.bounded import OVER_TIME, Response, checked, execute
-from envace_gym.dynamics import DYNAMICS, get as get_dynamics
-from envace_gym.openai_client import ModelServerError
-from envace_gym.episode import CallRecord, Episode, recorded, recording_key
+from envace_gym.dynamics import DYNAMICS, check_dynamics
+from envace_gym.episode import CallRecord, Episode, recorded, recording_table
 from envace_gym.errors import ErrorCode, ToolError, error_code_of_text
 from envace_gym.fidelity import fidelity
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded
-from envace_gym.messages import (MAX_DUMP_GROWTH, ToolCall, assistant_message, escape_tags, parse_act,
-                                 rehearsal_content, tool_message)
-from envace_gym.rehearse_prompts import REHEARSAL_FORMATS, ResponseCache, prompted_messages
-from envace_gym.rewards import RewardFn, check_reward, compute_reward, resolve_reward
+from envace_gym.messages import (
+    MAX_DUMP_GROWTH,
+    ToolCall,
+    assistant_message,
+    escape_tags,
+    parse_act,
+    rehearsal_content,
+    tool_message,
+    transcript,
+)
+from envace_gym.rehearse_prompts import REHEARSAL_FORMATS, ResponseCache, episode_prompt
+from envace_gym.rewards import RewardFn, check_reward, resolve_reward, score_episode
 from envace_gym.spaces import ActionSpace, ObservationSpace
 from envace_gym.suite import Suite, User
 
@@ -62,25 +70,38 @@ class EnvACEEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
-    def __init__(self, suite: Suite, split: str | None = None, task_ids: list | None = None,
-                 dynamics: str = "real", reward: str | RewardFn | None = None,
-                 user: str | User = "scripted", user_kwargs: dict | None = None,
-                 max_turns: int | None = 50, max_steps_per_turn: int | None = None,
-                 p_real: float = 0.5, simulator: Any = None,
-                 recordings: list[dict] | None = None, rehearsal_format: str = "inline",
-                 response_cache: ResponseCache | None = None, examples_per_tool: int = 3,
-                 limits: Limits | None = None, render_mode: str | None = None):
+    def __init__(
+        self,
+        suite: Suite,
+        split: str | None = None,
+        task_ids: list | None = None,
+        dynamics: str = "real",
+        reward: str | RewardFn | None = None,
+        user: str | User = "scripted",
+        user_kwargs: dict | None = None,
+        max_turns: int | None = 50,
+        max_steps_per_turn: int | None = None,
+        p_real: float = 0.5,
+        simulator: Any = None,
+        recordings: list[dict] | None = None,
+        rehearsal_format: str = "inline",
+        response_cache: ResponseCache | None = None,
+        examples_per_tool: int = 3,
+        limits: Limits | None = None,
+        render_mode: str | None = None,
+    ):
         self.suite = suite
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
         # the split the tasks come from: None for all tasks, or for given ids that are not all in it
-        self.split = split if not task_ids or split is None or set(self.task_ids) <= set(suite.task_ids(split)) \
-            else None
+        self.split = (
+            split if not task_ids or split is None or set(self.task_ids) <= set(suite.task_ids(split)) else None
+        )
         if not self.task_ids:
             raise ValueError(f"no tasks selected in {suite.name} (split={split!r})")
         for task_id in self.task_ids:
             suite.task(task_id)  # fail early on unknown ids
         self._task_set = set(self.task_ids)
-        self._check_dynamics(dynamics, simulator)
+        check_dynamics(dynamics, simulator)
         reward = resolve_reward(reward)
         if reward is not None:
             check_reward(reward, dynamics)
@@ -104,8 +125,10 @@ class EnvACEEnv(gym.Env):
         self.action_space = ActionSpace(self.tools)
         self.episode: Episode | None = None
         if isinstance(simulator, str):
-            raise TypeError(f"simulator={simulator!r}: an agent name is resolved by gym.make (registered ids); "
-                            "here give the agent, or a function of the env that returns it")
+            raise TypeError(
+                f"simulator={simulator!r}: an agent name is resolved by gym.make (registered ids); "
+                "here give the agent, or a function of the env that returns it"
+            )
         if callable(simulator) and not hasattr(simulator, "act"):  # a factory: the agent that plays in this env
             self.simulator = simulator(self)
 
@@ -117,24 +140,27 @@ class EnvACEEnv(gym.Env):
         if not isinstance(options, dict):
             raise TypeError(f"reset options must be a dict, got {type(options).__name__}")
         dynamics = options.get("dynamics", self.dynamics)
-        self._check_dynamics(dynamics, self.simulator)
+        check_dynamics(dynamics, self.simulator)
         task_id = options.get("task_id")
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
         elif str(task_id) not in self._task_set:
-            raise ValueError(f"task {task_id!r} is not one of this env's tasks ({self.suite.name}); "
-                             "select it with gym.make(..., task_ids=[...]) or another split=")
+            raise ValueError(
+                f"task {task_id!r} is not one of this env's tasks ({self.suite.name}); "
+                "select it with gym.make(..., task_ids=[...]) or another split="
+            )
         task = self.suite.task(str(task_id))
         self._reward = self.reward if self.reward is not None else self._default_reward(dynamics, task)
         check_reward(self._reward, dynamics)
         self.tools = self.suite.tools(task)
         self.action_space.tools, self.action_space.role = self.tools, "act"
         world = self.suite.new_world(task)
-        self._user = self.suite.make_user(self.user, task, seed=int(self.np_random.integers(2**31)),
-                                          **self.user_kwargs)
+        self._user = self.suite.make_user(self.user, task, seed=int(self.np_random.integers(2**31)), **self.user_kwargs)
         self.episode = Episode(self.suite, task, world, dynamics, limits=self.limits)
-        self.episode.messages = [{"role": "system", "content": self.suite.system_prompt(task)},
-                                 *self.suite.opening_messages(task)]
+        self.episode.messages = [
+            {"role": "system", "content": self.suite.system_prompt(task)},
+            *self.suite.opening_messages(task),
+        ]
         self._pending: deque[tuple[ToolCall, str]] = deque()  # calls and who answers each
         self._turn, self._turn_steps, self._transferred, self._error = 0, 0, False, None
         self._rehearsal_errors = 0
@@ -190,18 +216,7 @@ class EnvACEEnv(gym.Env):
         return reward, info
 
     def _score(self, info: dict) -> float:
-        """The ended episode's terminal reward; its source, parts and ``ended_by`` go to ``info``."""
-        ep, reward = self.episode, 0.0
-        try:
-            reward, info["reward_source"], info["reward_info"] = compute_reward(self._reward, ep)
-        except Exception as e:  # a judge that cannot be reached, a failing evaluator: the episode is kept
-            info["reward_source"] = getattr(self._reward, "__name__", self._reward)
-            info["reward_info"] = {}
-            failure = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
-            # what ended the episode comes first; the reward's own failure follows it
-            info["error"] = f"{info['error']}; the reward failed too: {failure}" if info.get("error") else failure
-        info["ended_by"] = ep.ended_by
-        return reward
+        return score_episode(self._reward, self.episode, info)
 
     # pickling (copies across processes): the suite goes by reference where it defines
     # __reduce__ (the built-in ones do), and the world is not pickled but rebuilt on load
@@ -224,15 +239,8 @@ class EnvACEEnv(gym.Env):
         return clone
 
     def render(self) -> str | None:
-        if self.render_mode != "ansi" or self.episode is None:
-            return None
-        lines = []
-        for m in self.episode.messages:
-            text = m.get("content") or ""
-            calls = "".join(f"\n  -> {c['function']['name']}({json.dumps(c['function']['arguments'])})"
-                            for c in m.get("tool_calls", []))
-            lines.append(f"[{m['role']}] {text}{calls}")
-        return "\n".join(lines)
+        """``render_mode="ansi"``: the episode's transcript, a line a message."""
+        return transcript(self.episode.messages) if self.render_mode == "ansi" and self.episode else None
 
     def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> EnvACEEnv:
         """A new env holding a copy of this episode that shares no mutable state with it.
@@ -243,20 +251,24 @@ class EnvACEEnv(gym.Env):
         if self.episode is None:
             raise RuntimeError("fork() needs a started episode: call reset() first")
         if dynamics is not None:
-            self._check_dynamics(dynamics, self.simulator)
-        clone = object.__new__(type(self))  # a shallow copy that skips __setstate__'s world replay
-        clone.__dict__.update(self.__dict__)
-        ep = self.episode
-        clone.episode = Episode(ep.suite, ep.task, ep.world.fork(), dynamics or ep.dynamics,
-                                copy.deepcopy(ep.messages), copy.deepcopy(ep.calls), ep.ended_by, ep.limits)
+            check_dynamics(dynamics, self.simulator)
+        clone, ep = copy.copy(self), self.episode  # __copy__: a shallow copy without __setstate__'s world replay
+        clone.episode = dataclasses.replace(
+            ep,
+            world=ep.world.fork(),
+            dynamics=dynamics or ep.dynamics,
+            messages=copy.deepcopy(ep.messages),
+            calls=copy.deepcopy(ep.calls),
+        )
         clone._pending = copy.deepcopy(self._pending)
         shared = {id(x): x for x in (ep.suite, ep.task, self.tools)}  # read-only: not copied
         clone._user = copy.deepcopy(self._user, dict(shared))
         clone.action_space = copy.deepcopy(self.action_space, dict(shared))
         clone._np_random = copy.deepcopy(self.np_random)
         if reward is not None or dynamics is not None:
-            clone._reward = (resolve_reward(reward) or self.reward
-                             or self._default_reward(clone.episode.dynamics, ep.task))
+            clone._reward = (
+                resolve_reward(reward) or self.reward or self._default_reward(clone.episode.dynamics, ep.task)
+            )
             check_reward(clone._reward, clone.episode.dynamics)
         if dynamics is not None:
             clone._replay_table = self._recording_table(dynamics, ep.task)
@@ -280,8 +292,7 @@ class EnvACEEnv(gym.Env):
         Computed on a fresh world that replays the episode's calls, so the
         episode's own world is never touched.
         """
-        ep = self.episode
-        return execute(ep.suite, ep.replayed_world(), name, arguments, self.limits)
+        return execute(self.suite, self.episode.replayed_world(), name, arguments, self.limits)
 
     def act_with(self, agent_class: type) -> str:
         """The action of a fresh ``agent_class(self)`` on the current observation. A method, so that a
@@ -325,12 +336,17 @@ class EnvACEEnv(gym.Env):
         """A one-step suite's calls: validated and recorded for scoring, answered by no one."""
         for call in calls:
             error = self._check(call)
-            record = CallRecord(call.id, call.name, call.arguments, "assistant",
-                                "rejected" if error else "unanswered",
-                                error.content() if error else "", error and str(error.code),
-                                position=len(self.episode.messages))
-            self.episode.calls.append(record)
-            records.append(record)
+            source, content = ("rejected", error.content()) if error else ("unanswered", "")
+            self._record(call, source, content, error and str(error.code), records)
+
+    def _record(self, call: ToolCall, source: str, content: str, code: str | None, records: list, **extra) -> None:
+        """Keep a call of the assistant's, answered by ``source``, in the episode and in this step's ``records``."""
+        at = len(self.episode.messages)
+        record = CallRecord(
+            call.id, call.name, call.arguments, "assistant", source, content, code, position=at, **extra
+        )
+        self.episode.calls.append(record)
+        records.append(record)
 
     def _guarded(self, fn, *args, seconds: float | None = None):
         """Call a user or simulator; a failure (a dead server, say) ends the episode, state intact."""
@@ -356,8 +372,7 @@ class EnvACEEnv(gym.Env):
         # arguments parsed from text this short cannot be longer as JSON than the limit: no dump needed
         short = call.text_chars is not None and call.text_chars * MAX_DUMP_GROWTH <= limit
         if error is None and not short and len(json.dumps(call.arguments)) > limit:
-            error = ToolError(ErrorCode.LIMIT_EXCEEDED,
-                              f"the arguments of '{call.name}' exceed {limit} characters")
+            error = ToolError(ErrorCode.LIMIT_EXCEEDED, f"the arguments of '{call.name}' exceed {limit} characters")
         return error
 
     def _execute(self, call: ToolCall) -> tuple[str, Response]:
@@ -414,19 +429,16 @@ class EnvACEEnv(gym.Env):
             self._answer(call, "rehearsed", rehearsed, records)
             return
         source, response = self._execute(call)
-        self._answer(call, source, response.content, records, native=response.native,
-                     rehearsed=rehearsed, fidelity=fidelity(response.content, rehearsed))
+        score = fidelity(response.content, rehearsed)
+        self._answer(
+            call, source, response.content, records, native=response.native, rehearsed=rehearsed, fidelity=score
+        )
 
-    def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord],
-                **extra: Any) -> None:
+    def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord], **extra: Any) -> None:
         self._pending.popleft()
         content = escape_tags(content)  # the same JSON value, with no tag or control token
-        record = CallRecord(call.id, call.name, call.arguments, "assistant", source, content,
-                            error_code_of_text(content), position=len(self.episode.messages),
-                            **extra)
-        self.episode.calls.append(record)
+        self._record(call, source, content, error_code_of_text(content), records, **extra)
         self.episode.messages.append(tool_message(call, content))
-        records.append(record)
         if source == "real" and self.response_cache is not None:
             self.response_cache.add(call.name, call.arguments, content)
         if call.name == self.suite.transfer_tool and source != "rejected":
@@ -440,46 +452,38 @@ class EnvACEEnv(gym.Env):
 
     def _default_reward(self, dynamics: str, task) -> str | RewardFn:
         """The dynamics' default reward, or for a task without gold the grader's judge (if it has one)."""
-        grader = self.suite.grader
-        judge = None if grader.has_gold(task) else grader.judge_reward()
+        judge = None if self.suite.grader.has_gold(task) else self.suite.grader.judge_reward()
         return judge if judge is not None else DYNAMICS[dynamics].default_reward
 
     def _recording_table(self, dynamics: str, task) -> dict | None:
         """The recorded responses that answer calls under ``dynamics`` (None where recordings answer none)."""
         if DYNAMICS[dynamics].answers != "recording":
             return None
-        if self.recordings is None:
-            self.suite.grader.require_gold(task)
-            table = self.suite.grader.recordings(task)
-        else:
-            table = {}
-            for r in self.recordings:
-                table.setdefault(recording_key(r["name"], r["arguments"]), []).append(r["response"])
-        return {k: list(v) for k, v in table.items()}
+        return recording_table(self.recordings, self.suite.grader, task)
 
     # observations ----------------------------------------------------------
     def _obs(self) -> dict:
         call = self._pending[0][0] if self._pending else None
-        if call is None:
-            return {"role": "act", "messages": list(self.episode.messages), "tools": self.tools.schemas,
-                    "tool_call": None}
-        pending = {"id": call.id, "name": call.name, "arguments": call.arguments}
-        if self.rehearsal_format == "inline":
-            return {"role": "rehearse", "messages": list(self.episode.messages), "tools": self.tools.schemas,
-                    "tool_call": pending}
-        examples = self.response_cache.get(call.name) if self.response_cache else []
-        examples += [(c.arguments, c.content) for c in self.episode.calls
-                     if c.name == call.name and c.ran and c.requestor == "assistant"]
-        messages = prompted_messages(self.episode.messages, pending, self.tools.functions[call.name],
-                                     examples[-self.examples_per_tool:])
-        return {"role": "rehearse", "messages": messages, "tools": [], "tool_call": pending}
+        pending = None if call is None else {"id": call.id, "name": call.name, "arguments": call.arguments}
+        if call is not None and self.rehearsal_format == "prompted":  # a simulator prompt of its own
+            cached = self.response_cache.get(call.name) if self.response_cache else []
+            function = self.tools.functions[call.name]
+            messages = episode_prompt(self.episode, pending, function, cached, self.examples_per_tool)
+            return {"role": "rehearse", "messages": messages, "tools": [], "tool_call": pending}
+        role = "act" if call is None else "rehearse"
+        return {
+            "role": role,
+            "messages": list(self.episode.messages),
+            "tools": self.tools.schemas,
+            "tool_call": pending,
+        }
 
     def _info(self, records: list[CallRecord]) -> dict:
-        return {"role": self.role, "dynamics": self.episode.dynamics, "task_id": self.episode.task.id,
-                "turn": self._turn, "tool_calls": [r.info() for r in records],
-                "rehearsal_errors": self._rehearsal_errors}
-
-    @staticmethod
-    def _check_dynamics(dynamics: str, simulator: Any) -> None:
-        if get_dynamics(dynamics).answers == "simulator" and simulator is None:
-            raise ValueError(f"dynamics={dynamics!r} needs a simulator= agent to answer tool calls")
+        return {
+            "role": self.role,
+            "dynamics": self.episode.dynamics,
+            "task_id": self.episode.task.id,
+            "turn": self._turn,
+            "tool_calls": [r.info() for r in records],
+            "rehearsal_errors": self._rehearsal_errors,
+        }

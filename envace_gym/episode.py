@@ -37,8 +37,14 @@ class CallRecord:
         return self.source != "rejected"
 
     def info(self) -> dict:
-        out = {"id": self.id, "name": self.name, "arguments": self.arguments,
-               "requestor": self.requestor, "source": self.source, "error": self.error}
+        out = {
+            "id": self.id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "requestor": self.requestor,
+            "source": self.source,
+            "error": self.error,
+        }
         if self.rehearsed is not None:
             out["real"], out["rehearsed"] = self.content, self.rehearsed
             out["fidelity"] = self.fidelity
@@ -91,12 +97,29 @@ class Episode:
             for i, call in enumerate(self.calls):
                 if call.ran and i not in skipped:
                     response = execute(self.suite, world, call.name, call.arguments, self.limits, call.requestor)
-                    if response.error is not None and response.error.code == ErrorCode.LIMIT_EXCEEDED \
-                            and response.native == OVER_TIME and call.name not in self.suite.stateless_tools:
+                    if (
+                        response.error is not None
+                        and response.error.code == ErrorCode.LIMIT_EXCEEDED
+                        and response.native == OVER_TIME
+                        and call.name not in self.suite.stateless_tools
+                    ):
                         skipped.add(i)
                         break
             else:
                 return world
+
+
+def recording_table(recordings: list[dict] | None, grader, task: Task) -> dict:
+    """The responses that answer calls under replay dynamics, by :func:`recording_key`: ``recordings``
+    (``name``, ``arguments``, ``response`` each) where given, else the grader's recordings of ``task``."""
+    if recordings is None:
+        grader.require_gold(task)
+        table = grader.recordings(task)
+    else:
+        table = {}
+        for r in recordings:
+            table.setdefault(recording_key(r["name"], r["arguments"]), []).append(r["response"])
+    return {k: list(v) for k, v in table.items()}
 
 
 def recording_key(name: str, arguments: dict) -> tuple[str, str]:

@@ -36,19 +36,24 @@ class Grader:
     def require_gold(self, task: Task) -> None:
         """Refuse, with one ValueError, what needs gold calls on a task that has none."""
         if not self.has_gold(task):
-            raise ValueError(f"{self.suite.name} task {task.id!r} has no gold calls, so the oracle, the 'actions' "
-                             "rewards and replay of gold cannot run on it; use a judge reward")
+            raise ValueError(
+                f"{self.suite.name} task {task.id!r} has no gold calls, so the oracle, the 'actions' "
+                "rewards and replay of gold cannot run on it; use a judge reward"
+            )
 
     def gold_calls(self, task: Task) -> list[dict]:
         """The task's gold calls in order: ``{"name", "arguments", "requestor"}``."""
         self.require_gold(task)
-        return [{"name": c["name"], "arguments": c.get("arguments", {}),
-                 "requestor": c.get("requestor", "assistant")} for c in task.gold]
+        return [
+            {"name": c["name"], "arguments": c.get("arguments", {}), "requestor": c.get("requestor", "assistant")}
+            for c in task.gold
+        ]
 
     def oracle_plan(self, task: Task) -> list[Any]:
         """The act actions an oracle plays, in order (default: each gold call, then "Done.")."""
-        return [format_tool_call(c["name"], c["arguments"]) for c in self.gold_calls(task)
-                if c["requestor"] == "assistant"] + ["Done."]
+        return [
+            format_tool_call(c["name"], c["arguments"]) for c in self.gold_calls(task) if c["requestor"] == "assistant"
+        ] + ["Done."]
 
     def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
         """The real evaluator, on a world that holds the episode's effects (default:

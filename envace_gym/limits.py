@@ -89,7 +89,8 @@ class _Watchdog:
                     if deadline <= now:
                         del self._armed[token]
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                            ctypes.c_ulong(thread_id), ctypes.py_object(BudgetExceeded))
+                            ctypes.c_ulong(thread_id), ctypes.py_object(BudgetExceeded)
+                        )
                 self._wakes_at = min((d for _, d in self._armed.values()), default=now + self.POLL)
                 self._wake.wait(max(self._wakes_at - now, 0.001))
 
@@ -141,7 +142,7 @@ def run_isolated(fn, seconds: float | None, memory_bytes: int):
                 payload = pickle.dumps(("raised", f"{type(e).__name__}: {e}"))
             view = memoryview(payload)
             while view:
-                view = view[os.write(write_end, view):]
+                view = view[os.write(write_end, view) :]
         except BaseException:
             status = 1
         finally:

@@ -16,9 +16,7 @@ from envace_gym.errors import ErrorCode, ToolError
 
 OPEN_CALL, CLOSE_CALL = "<tool_call>", "</tool_call>"
 LEADING_THINK_RE = re.compile(r"^\s*(?:<think>.*?(?:</think>|\Z)\s*)+", re.DOTALL)
-RESPONSE_TAG_RE = re.compile(
-    r"^\s*<(tool_response|execution_result)>(.*?)</\1>\s*$", re.DOTALL
-)
+RESPONSE_TAG_RE = re.compile(r"^\s*<(tool_response|execution_result)>(.*?)</\1>\s*$", re.DOTALL)
 MAX_JSON_DEPTH = 64
 MAX_RESPONSE_CHARS = 256 * 1024
 # json.dumps writes a value parsed from N characters of JSON in at most 12 N: an astral character
@@ -122,24 +120,30 @@ def _call_from_obj(obj: Any, call_id: str) -> ToolCall:
     if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
         obj = obj["function"]  # OpenAI structured form
     if not isinstance(obj, dict):
-        return ToolCall(call_id, "", error=ToolError(
-            ErrorCode.MALFORMED_CALL, "a tool call must be a JSON object with 'name' and 'arguments'"))
+        return ToolCall(
+            call_id,
+            "",
+            error=ToolError(ErrorCode.MALFORMED_CALL, "a tool call must be a JSON object with 'name' and 'arguments'"),
+        )
     name = obj.get("name")
     if not isinstance(name, str) or not name:
-        return ToolCall(call_id, "", error=ToolError(
-            ErrorCode.MALFORMED_CALL, "the tool call has no 'name' string"))
+        return ToolCall(call_id, "", error=ToolError(ErrorCode.MALFORMED_CALL, "the tool call has no 'name' string"))
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
             args = loads_bounded(args) if args.strip() else {}
         except ValueError as e:
-            return ToolCall(call_id, name, error=ToolError(
-                ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' are not valid JSON: {e}"))
+            return ToolCall(
+                call_id,
+                name,
+                error=ToolError(ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' are not valid JSON: {e}"),
+            )
     if args is None:
         args = {}
     if not isinstance(args, dict):
-        return ToolCall(call_id, name, error=ToolError(
-            ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' must be a JSON object"))
+        return ToolCall(
+            call_id, name, error=ToolError(ErrorCode.MALFORMED_CALL, f"the arguments of '{name}' must be a JSON object")
+        )
     return ToolCall(call_id, name, args)
 
 
@@ -189,8 +193,13 @@ def parse_act(action: Any, id_prefix: str = "call") -> tuple[str, list[ToolCall]
         try:
             obj = loads_bounded(body.strip())
         except ValueError as e:
-            calls.append(ToolCall(call_id, "", error=ToolError(
-                ErrorCode.MALFORMED_CALL, f"the <tool_call> block is not valid JSON: {e}")))
+            calls.append(
+                ToolCall(
+                    call_id,
+                    "",
+                    error=ToolError(ErrorCode.MALFORMED_CALL, f"the <tool_call> block is not valid JSON: {e}"),
+                )
+            )
             continue
         call = _call_from_obj(obj, call_id)
         call.text_chars = len(body)
@@ -211,8 +220,7 @@ def parse_rehearsal(action: Any, max_chars: int = MAX_RESPONSE_CHARS) -> tuple[A
     if not isinstance(action, str):
         return None, ToolError(ErrorCode.MALFORMED_RESPONSE, "a tool response must be text")
     if len(action) > max_chars:
-        return None, ToolError(
-            ErrorCode.MALFORMED_RESPONSE, f"the tool response exceeds {max_chars} characters")
+        return None, ToolError(ErrorCode.MALFORMED_RESPONSE, f"the tool response exceeds {max_chars} characters")
     text = LEADING_THINK_RE.sub("", action)
     m = RESPONSE_TAG_RE.match(text)
     if m:
@@ -222,8 +230,7 @@ def parse_rehearsal(action: Any, max_chars: int = MAX_RESPONSE_CHARS) -> tuple[A
     except ValueError as e:
         return None, ToolError(ErrorCode.MALFORMED_RESPONSE, f"the tool response is not valid JSON: {e}")
     if not isinstance(value, (dict, list)):
-        return None, ToolError(
-            ErrorCode.MALFORMED_RESPONSE, "the tool response must be a JSON object or array")
+        return None, ToolError(ErrorCode.MALFORMED_RESPONSE, "the tool response must be a JSON object or array")
     return value, None
 
 
@@ -265,7 +272,8 @@ def transcript(messages: list[dict]) -> str:
     """Messages as plain text, one line each: ``[role] content name(arguments) ...``."""
     lines = []
     for m in messages:
-        calls = " ".join(f"{c['function']['name']}({json.dumps(c['function']['arguments'])})"
-                         for c in m.get("tool_calls", []))
+        calls = " ".join(
+            f"{c['function']['name']}({json.dumps(c['function']['arguments'])})" for c in m.get("tool_calls", [])
+        )
         lines.append(f"[{m['role']}] {m.get('content') or ''} {calls}".rstrip())
     return "\n".join(lines)

@@ -82,16 +82,25 @@ class ChatEndpoint:
     ``max_reply_bytes``, or one that is not the expected JSON, is refused.
     """
 
-    def __init__(self, base_url: str, model: str, api_key: str = "EMPTY", timeout: float = 60.0,
-                 max_retries: int = 2, max_reply_bytes: int = 4 << 20):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str = "EMPTY",
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        max_reply_bytes: int = 4 << 20,
+    ):
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"a base URL is http(s)://HOST[:PORT]/..., got {base_url!r}")
         if not 0 < timeout < math.inf:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if max_retries < 0 or max_reply_bytes < 1:
-            raise ValueError(f"max_retries must be 0 or more and max_reply_bytes positive, got "
-                             f"{max_retries!r} and {max_reply_bytes!r}")
+            raise ValueError(
+                f"max_retries must be 0 or more and max_reply_bytes positive, got "
+                f"{max_retries!r} and {max_reply_bytes!r}"
+            )
         self.base_url, self.model, self.api_key = base_url, model, api_key
         self.timeout, self.max_retries, self.max_reply_bytes = timeout, max_retries, max_reply_bytes
 
@@ -138,15 +147,16 @@ class ChatEndpoint:
         except pydantic.ValidationError as e:
             error = e.errors()[0]
             where = ".".join(map(str, error["loc"])) or "the body"
-            raise ModelServerError(f"the model server at {self.base_url} sent a malformed reply to {path} "
-                                   f"({where}: {error['msg']})") from None
+            raise ModelServerError(
+                f"the model server at {self.base_url} sent a malformed reply to {path} ({where}: {error['msg']})"
+            ) from None
 
     def _attempts(self, url: str, body: dict | None, deadline: float) -> bytes:
         for attempt in itertools.count():
             try:
                 return self._attempt(url, body, deadline)
             except _Transient:
-                backoff = min(0.5 * 2 ** attempt, 8.0)
+                backoff = min(0.5 * 2**attempt, 8.0)
                 if attempt == self.max_retries or time.monotonic() + backoff >= deadline:
                     raise
             time.sleep(backoff)
@@ -155,8 +165,9 @@ class ChatEndpoint:
         headers = {"Authorization": f"Bearer {self.api_key}"}
         method = "GET" if body is None else "POST"
         try:
-            with httpx.stream(method, url, json=body, headers=headers,
-                              timeout=max(deadline - time.monotonic(), 0.01)) as response:
+            with httpx.stream(
+                method, url, json=body, headers=headers, timeout=max(deadline - time.monotonic(), 0.01)
+            ) as response:
                 status, content = response.status_code, self._read(response, deadline)
         except httpx.TimeoutException:
             raise self._timed_out() from None

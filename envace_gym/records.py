@@ -33,50 +33,84 @@ class RunRecord(BaseModel):
     task_id: str = Field(description="The task's id, as text.")
     env_id: str | None = Field(description="The Gymnasium id of the env; None for an env made without a spec.")
     split: str | None = Field(description="The suite's split the task comes from; None for a suite without splits.")
-    seed: int | None = Field(description="The episode's reset seed (run seeds episode i with --seed + i); None: "
-                                         "unseeded.")
-    reward: float = Field(allow_inf_nan=False, description="The terminal reward; 0 for an episode that failed "
-                                                           "(agent_error, worker_error).")
-    reward_source: str | None = Field(description="What scored the episode: world, actions, actions_share, replay, "
-                                                  "a judge, ...; None for an episode that ended before it was scored.")
-    reward_info: dict[str, Any] = Field(default_factory=dict, description="The reward's parts, as its reward "
-                                        "function reports them (info['reward_info']).")
-    dynamics: str = Field(description="What answered the tool calls: real, rehearsed, simulated, replay, mixed or "
-                                      "shadow.")
+    seed: int | None = Field(
+        description="The episode's reset seed (run seeds episode i with --seed + i); None: unseeded."
+    )
+    reward: float = Field(
+        allow_inf_nan=False,
+        description="The terminal reward; 0 for an episode that failed (agent_error, worker_error).",
+    )
+    reward_source: str | None = Field(
+        description="What scored the episode: world, actions, actions_share, replay, "
+        "a judge, ...; None for an episode that ended before it was scored."
+    )
+    reward_info: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The reward's parts, as its reward function reports them (info['reward_info']).",
+    )
+    dynamics: str = Field(
+        description="What answered the tool calls: real, rehearsed, simulated, replay, mixed or shadow."
+    )
     agent: str = Field(description="The agent's name, with its private rehearsal settings if it rehearses.")
     turns: int = Field(description="The episode's turns (info['turn']).")
     tool_calls: int = Field(description="The tool calls the agent made, whatever answered them.")
-    ended_by: str = Field(description="Why the episode ended: the env's reason (user_stop, transfer, max_turns, "
-                                      "time_limit, ...), agent_error (the agent or its model server raised) or "
-                                      "worker_error (its Ray worker kept failing).")
-    error: str | None = Field(default=None, description="What failed: the agent's exception, the worker's cause or "
-                                                        "the env's info['error'] (a failing judge or user); None when "
-                                                        "nothing did.")
+    ended_by: str = Field(
+        description="Why the episode ended: the env's reason (user_stop, transfer, max_turns, "
+        "time_limit, ...), agent_error (the agent or its model server raised) or "
+        "worker_error (its Ray worker kept failing)."
+    )
+    error: str | None = Field(
+        default=None,
+        description="What failed: the agent's exception, the worker's cause or "
+        "the env's info['error'] (a failing judge or user); None when "
+        "nothing did.",
+    )
     seconds: float = Field(description="The episode's wall time in seconds, rounded to 4 decimals.")
-    fidelity: dict[str, Any] | None = Field(default=None, description="Under shadow dynamics, the mean fidelity "
-                                            "measures of the episode's calls (compare.summarize's 'all'); else None.")
-    messages: list[dict[str, Any]] = Field(default_factory=list, description="The conversation at the episode's "
-                                           "end (chat messages): what sft trains on.")
+    fidelity: dict[str, Any] | None = Field(
+        default=None,
+        description="Under shadow dynamics, the mean fidelity "
+        "measures of the episode's calls (compare.summarize's 'all'); else None.",
+    )
+    messages: list[dict[str, Any]] = Field(
+        default_factory=list, description="The conversation at the episode's end (chat messages): what sft trains on."
+    )
     tools: list[dict[str, Any]] = Field(default_factory=list, description="The tool schemas shown to the agent.")
-    opening_messages: int = Field(default=0, description="How many leading messages the episode opened with (system "
-                                  "prompt, the suite's opening, the user's first message); every later assistant "
-                                  "message is the agent's.")
-    real_call_ids: list[str] = Field(default_factory=list, description="The ids of the agent's tool calls that the "
-                                     "real world answered; the other tool messages were rehearsed, simulated, "
-                                     "replayed or validation errors.")
+    opening_messages: int = Field(
+        default=0,
+        description="How many leading messages the episode opened with (system "
+        "prompt, the suite's opening, the user's first message); every later assistant "
+        "message is the agent's.",
+    )
+    real_call_ids: list[str] = Field(
+        default_factory=list,
+        description="The ids of the agent's tool calls that the "
+        "real world answered; the other tool messages were rehearsed, simulated, "
+        "replayed or validation errors.",
+    )
     real_calls: int = Field(default=0, description="How many calls the real world answered: len(real_call_ids).")
-    rehearsal_attempts: int = Field(default=0, description="Private rehearsal: attempts imagined in forks of the "
-                                    "episode (0 for an agent that does not rehearse).")
-    rehearsal_turns: int = Field(default=0, description="Private rehearsal: generations (act and rehearse turns) in "
-                                 "those attempts.")
-    rehearsal_tokens: int = Field(default=0, description="Private rehearsal: tokens generated in those attempts "
-                                  "(exact for token agents, counted as words and symbols for others).")
-    rehearsal_seconds: float = Field(default=0.0, description="Private rehearsal: seconds spent rehearsing, rounded "
-                                     "to 4 decimals.")
-    private_context: list[dict[str, Any]] = Field(default_factory=list, description="Private rehearsal: per "
-                                                  "rehearsed turn, its position in messages, its attempts and the "
-                                                  "index of the chosen one (None: generated with their digest); "
-                                                  "left out of the JSON when empty.")
+    rehearsal_attempts: int = Field(
+        default=0,
+        description="Private rehearsal: attempts imagined in forks of the "
+        "episode (0 for an agent that does not rehearse).",
+    )
+    rehearsal_turns: int = Field(
+        default=0, description="Private rehearsal: generations (act and rehearse turns) in those attempts."
+    )
+    rehearsal_tokens: int = Field(
+        default=0,
+        description="Private rehearsal: tokens generated in those attempts "
+        "(exact for token agents, counted as words and symbols for others).",
+    )
+    rehearsal_seconds: float = Field(
+        default=0.0, description="Private rehearsal: seconds spent rehearsing, rounded to 4 decimals."
+    )
+    private_context: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Private rehearsal: per "
+        "rehearsed turn, its position in messages, its attempts and the "
+        "index of the chosen one (None: generated with their digest); "
+        "left out of the JSON when empty.",
+    )
 
     @model_serializer(mode="wrap")
     def _without_empty_context(self, handler) -> dict:
@@ -144,7 +178,7 @@ def resume_records(path: str | Path, expected: dict) -> list[dict]:
     """
     path = Path(path)
     data = path.read_bytes()
-    tail = data[data.rfind(b"\n") + 1:]  # the last line, when it lacks its newline
+    tail = data[data.rfind(b"\n") + 1 :]  # the last line, when it lacks its newline
     if tail.strip():
         try:
             json.loads(tail)
@@ -162,16 +196,19 @@ def resume_records(path: str | Path, expected: dict) -> list[dict]:
             record = RunRecord.model_validate(row).model_dump()
         except ValidationError as e:
             field = str(e.errors()[0]["loc"][0])
-            raise ValueError(f"{path}:{number}: not a run record: {field} "
-                             f"{f'is {row[field]!r:.80}' if field in row else 'missing'}") from None
+            raise ValueError(
+                f"{path}:{number}: not a run record: {field} {f'is {row[field]!r:.80}' if field in row else 'missing'}"
+            ) from None
         for field in ("env_id", "split", "agent", "dynamics"):
             expected.setdefault(field, record[field])
         for field, want in expected.items():
             allowed = want if isinstance(want, tuple) else (want,)
             if record[field] not in allowed and not (field == "reward_source" and record[field] is None):
-                raise ValueError(f"{path}:{number}: the record of another run: its {field} is {record[field]!r}, "
-                                 f"this run's {' or '.join(map(repr, allowed))}; resume with the same settings, "
-                                 "or give another --out")
+                raise ValueError(
+                    f"{path}:{number}: the record of another run: its {field} is {record[field]!r}, "
+                    f"this run's {' or '.join(map(repr, allowed))}; resume with the same settings, "
+                    "or give another --out"
+                )
         kept.setdefault((record["task_id"], record["seed"]), record)
     return list(kept.values())
 

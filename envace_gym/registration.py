@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
@@ -21,14 +22,32 @@ ENV_IDS: dict[str, tuple[str, dict]] = {
 }
 ENV_IDS["EnvACE/tau2-mock-gen-v0"] = ("envace_gym.envs.tau2.mock_gen:make_env", {})
 ENV_IDS["EnvACE/tau2-mock-office-v0"] = ("envace_gym.envs.tau2.mock_office:make_env", {})
-BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
-                   "multi_turn_long_context", "simple_python", "multiple", "parallel",
-                   "parallel_multiple", "irrelevance", "live_simple", "live_multiple", "live_parallel",
-                   "live_parallel_multiple", "live_irrelevance", "live_relevance")
-ENV_IDS.update({f"EnvACE/bfcl-{c.replace('_', '-')}-v0": ("envace_gym.envs.bfcl:make_env", {"category": c})
-                for c in BFCL_CATEGORIES})
-ENV_IDS.update({f"EnvACE/vitabench-{d}-v0": ("envace_gym.envs.vitabench:make_env", {"domain": d})
-                for d in ("delivery", "instore")})
+BFCL_CATEGORIES = (
+    "multi_turn_base",
+    "multi_turn_miss_func",
+    "multi_turn_miss_param",
+    "multi_turn_long_context",
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_irrelevance",
+    "live_relevance",
+)
+ENV_IDS.update(
+    {
+        f"EnvACE/bfcl-{c.replace('_', '-')}-v0": ("envace_gym.envs.bfcl:make_env", {"category": c})
+        for c in BFCL_CATEGORIES
+    }
+)
+ENV_IDS.update(
+    {f"EnvACE/vitabench-{d}-v0": ("envace_gym.envs.vitabench:make_env", {"domain": d}) for d in ("delivery", "instore")}
+)
 
 
 REMOTE_ID = "EnvACE/remote-v0"  # gym.make(REMOTE_ID, url=...): a RemoteEnv (not a suite: not in ENV_IDS)
@@ -54,7 +73,9 @@ def _load_agent(name: str, env):
 
 def register_all() -> None:
     if REMOTE_ID not in gym.registry:
-        gym.register(id=REMOTE_ID, entry_point="envace_gym.integrations.openenv.client:RemoteEnv", disable_env_checker=True)
+        gym.register(
+            id=REMOTE_ID, entry_point="envace_gym.integrations.openenv.client:RemoteEnv", disable_env_checker=True
+        )
     for env_id, (entry_point, kwargs) in ENV_IDS.items():
         if env_id not in gym.registry:
             # The env enforces its own turn limit and reports it as truncation. Gymnasium's
@@ -62,8 +83,13 @@ def register_all() -> None:
             # every later step. tests/test_env.py runs gymnasium's check_env on every suite.
             # ScoreTruncated sits outside the TimeLimit that max_episode_steps= adds: a cut
             # episode is scored (envace_gym/wrappers.py).
-            gym.register(id=env_id, entry_point=partial(make_registered, entry_point), kwargs=kwargs,
-                         disable_env_checker=True, additional_wrappers=(SCORE_TRUNCATED,))
+            gym.register(
+                id=env_id,
+                entry_point=partial(make_registered, entry_point),
+                kwargs=kwargs,
+                disable_env_checker=True,
+                additional_wrappers=(SCORE_TRUNCATED,),
+            )
 
 
 def _suite_env(suite: Suite, **kwargs):
@@ -77,8 +103,13 @@ def register_suite(env_id: str, suite: Suite, **defaults) -> None:
     ``EnvACEEnv(suite, **defaults, **kwargs)``, wrapped as the ``EnvACE/*`` ids are. Registering
     the id again replaces it."""
     gym.registry.pop(env_id, None)
-    gym.register(id=env_id, entry_point=partial(make_registered, partial(_suite_env, suite)), kwargs=defaults,
-                 disable_env_checker=True, additional_wrappers=(SCORE_TRUNCATED,))
+    gym.register(
+        id=env_id,
+        entry_point=partial(make_registered, partial(_suite_env, suite)),
+        kwargs=defaults,
+        disable_env_checker=True,
+        additional_wrappers=(SCORE_TRUNCATED,),
+    )
 
 
 def resolve_env(spec: str) -> str:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Callable
-from typing import Union
 
-from envace_gym.dynamics import DYNAMICS, get as get_dynamics
-from envace_gym.openai_client import ChatEndpoint
+from envace_gym.dynamics import DYNAMICS
+from envace_gym.dynamics import get as get_dynamics
 from envace_gym.episode import Episode, recording_key
 from envace_gym.errors import ErrorCode
 from envace_gym.messages import parse_rehearsal, transcript
+from envace_gym.openai_client import ChatEndpoint, ModelServerError
 from envace_gym.specs import parse_spec
 
-RewardFn = Callable[[Episode], Union[float, tuple[float, dict]]]
+RewardFn = Callable[[Episode], float | tuple[float, dict]]
 DEFAULT_REWARD = {name: d.default_reward for name, d in DYNAMICS.items()}  # each dynamics' default, by name
 
 
@@ -136,19 +136,27 @@ def call_match_reward(episode: Episode) -> tuple[float, dict]:
             break
         matched += 1
     exact = float(matched == len(made) == len(gold))
-    return exact, {"call_match": {"exact": exact, "matched_steps": matched, "steps": len(gold),
-                                  "made_groups": len(made)}}
+    return exact, {
+        "call_match": {"exact": exact, "matched_steps": matched, "steps": len(gold), "made_groups": len(made)}
+    }
 
 
-REWARDS: dict[str, RewardFn] = {"world": world_reward, "actions": actions_reward,
-                                 "actions_share": actions_share_reward, "progress": progress_reward,
-                                 "strict_progress": strict_progress_reward, "replay": replay_reward,
-                                 "tool_f1": tool_f1_reward, "call_match": call_match_reward}
+REWARDS: dict[str, RewardFn] = {
+    "world": world_reward,
+    "actions": actions_reward,
+    "actions_share": actions_share_reward,
+    "progress": progress_reward,
+    "strict_progress": strict_progress_reward,
+    "replay": replay_reward,
+    "tool_f1": tool_f1_reward,
+    "call_match": call_match_reward,
+}
 
 JUDGE_INSTRUCTION = (
     "You grade one episode of an assistant that works with tools. You are given what the task "
     "required and the episode's messages. Reply with one JSON object and nothing else: "
-    '{"score": a number from 0 (failed) to 1 (fully done), "reason": one short sentence}.')
+    '{"score": a number from 0 (failed) to 1 (fully done), "reason": one short sentence}.'
+)
 
 
 class JudgeReward:
@@ -165,8 +173,15 @@ class JudgeReward:
 
     __name__ = "judge"
 
-    def __init__(self, model: str, base_url: str, api_key: str = "EMPTY", max_chars: int = 48_000,
-                 max_tokens: int = 256, **endpoint):
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str = "EMPTY",
+        max_chars: int = 48_000,
+        max_tokens: int = 256,
+        **endpoint,
+    ):
         self.endpoint = ChatEndpoint(base_url, model, api_key, **endpoint)
         self.max_chars, self.max_tokens = max_chars, max_tokens
 
@@ -176,21 +191,29 @@ class JudgeReward:
         return cls(model, base_url, **options)
 
     def __call__(self, episode: Episode) -> tuple[float, dict]:
-        prompt = (f"What the task required:\n{episode.suite.grader.criteria(episode.task)}\n\n"
-                  f"The episode:\n{transcript(episode.messages[1:])[-self.max_chars:]}")
-        reply = self.endpoint.chat([{"role": "system", "content": JUDGE_INSTRUCTION},
-                                    {"role": "user", "content": prompt}],
-                                   temperature=0.0, max_tokens=self.max_tokens)
+        prompt = (
+            f"What the task required:\n{episode.suite.grader.criteria(episode.task)}\n\n"
+            f"The episode:\n{transcript(episode.messages[1:])[-self.max_chars :]}"
+        )
+        reply = self.endpoint.chat(
+            [{"role": "system", "content": JUDGE_INSTRUCTION}, {"role": "user", "content": prompt}],
+            temperature=0.0,
+            max_tokens=self.max_tokens,
+        )
         text = reply.content or ""
         value, error = parse_rehearsal(text)
         score = value.get("score") if isinstance(value, dict) else None
-        if error is not None or isinstance(score, bool) or not isinstance(score, (int, float)) \
-                or not 0.0 <= score <= 1.0:
+        if (
+            error is not None
+            or isinstance(score, bool)
+            or not isinstance(score, (int, float))
+            or not 0.0 <= score <= 1.0
+        ):
             message = error.message if error else "the judge's reply has no 'score' in [0, 1]"
-            return 0.0, {"error": {"code": str(ErrorCode.MALFORMED_JUDGEMENT), "message": message},
-                         "reply": text[:500]}
-        return float(score), {"judge": {"score": float(score), "reason": str(value.get("reason", ""))[:500],
-                                        "model": self.endpoint.model}}
+            return 0.0, {"error": {"code": str(ErrorCode.MALFORMED_JUDGEMENT), "message": message}, "reply": text[:500]}
+        return float(score), {
+            "judge": {"score": float(score), "reason": str(value.get("reason", ""))[:500], "model": self.endpoint.model}
+        }
 
 
 # judges named by a ``PREFIX:MODEL@BASE_URL`` spec, by prefix; a suite's package may add its own
@@ -204,15 +227,33 @@ def resolve_reward(reward: str | RewardFn | None) -> str | RewardFn | None:
     return SPEC_REWARDS[prefix](reward) if colon and prefix in SPEC_REWARDS else reward
 
 
+def score_episode(reward: str | RewardFn, episode: Episode, info: dict) -> float:
+    """An ended episode's terminal reward; its source, parts and ``ended_by`` go into ``info``. A reward
+    that fails (a judge that cannot be reached, a failing evaluator) scores 0 with the failure in
+    ``info["error"]``, after what ended the episode."""
+    value = 0.0
+    try:
+        value, info["reward_source"], info["reward_info"] = compute_reward(reward, episode)
+    except Exception as e:
+        info["reward_source"], info["reward_info"] = getattr(reward, "__name__", reward), {}
+        failure = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
+        info["error"] = f"{info['error']}; the reward failed too: {failure}" if info.get("error") else failure
+    info["ended_by"] = episode.ended_by
+    return value
+
+
 def check_reward(reward: str | RewardFn, dynamics: str) -> None:
     if callable(reward):
         return
     if reward not in REWARDS:
-        raise ValueError(f"unknown reward {reward!r}; use one of {sorted(REWARDS)}, "
-                         "'judge:MODEL@BASE_URL' or a callable")
+        raise ValueError(
+            f"unknown reward {reward!r}; use one of {sorted(REWARDS)}, 'judge:MODEL@BASE_URL' or a callable"
+        )
     if reward == "world" and get_dynamics(dynamics).answers != "world":
-        raise ValueError(f"reward='world' reads the real world, which {dynamics!r} dynamics never "
-                         "touch; use reward='replay' or 'actions'")
+        raise ValueError(
+            f"reward='world' reads the real world, which {dynamics!r} dynamics never "
+            "touch; use reward='replay' or 'actions'"
+        )
 
 
 def compute_reward(reward: str | RewardFn, episode: Episode) -> tuple[float, str, dict]:

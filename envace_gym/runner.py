@@ -60,19 +60,37 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
     shadowed = [{"tool": c.name, **c.fidelity} for c in episode.calls if c.fidelity is not None]
     real_ids = [c.id for c in episode.calls if c.source == "real" and c.requestor == "assistant"]
     return RunRecord(
-        task_id=str(task_id), env_id=env.spec.id if env.spec else None, split=env.unwrapped.split, seed=seed,
-        reward=reward, reward_source=info.get("reward_source"), reward_info=info.get("reward_info", {}),
-        dynamics=info["dynamics"], agent=agent.name, turns=info["turn"], tool_calls=n_calls,
-        ended_by="agent_error" if failure else info["ended_by"], error=failure or info.get("error"),
+        task_id=str(task_id),
+        env_id=env.spec.id if env.spec else None,
+        split=env.unwrapped.split,
+        seed=seed,
+        reward=reward,
+        reward_source=info.get("reward_source"),
+        reward_info=info.get("reward_info", {}),
+        dynamics=info["dynamics"],
+        agent=agent.name,
+        turns=info["turn"],
+        tool_calls=n_calls,
+        ended_by="agent_error" if failure else info["ended_by"],
+        error=failure or info.get("error"),
         seconds=round(time.perf_counter() - start, 4),
         fidelity=summarize(shadowed).get("all"),  # shadow dynamics: the mean fidelity of its calls
-        messages=list(episode.messages), tools=env.unwrapped.tools.schemas, opening_messages=opening,
-        real_call_ids=real_ids, real_calls=len(real_ids), **agent.episode_stats(),
+        messages=list(episode.messages),
+        tools=env.unwrapped.tools.schemas,
+        opening_messages=opening,
+        real_call_ids=real_ids,
+        real_calls=len(real_ids),
+        **agent.episode_stats(),
     ).model_dump()
 
 
-def run_batched(envs: Sequence[gym.Env], agent: Agent, episodes: Sequence[tuple[str, int | None]],
-                reseed: bool = False, on_turn: Callable[[int, float], None] | None = None) -> Iterator[dict]:
+def run_batched(
+    envs: Sequence[gym.Env],
+    agent: Agent,
+    episodes: Sequence[tuple[str, int | None]],
+    reseed: bool = False,
+    on_turn: Callable[[int, float], None] | None = None,
+) -> Iterator[dict]:
     """Play the ``(task_id, seed)`` episodes, ``len(envs)`` at a time, and yield their records as
     they end; an env whose episode ends starts the next one.
 
@@ -126,13 +144,26 @@ def failed_record(env: gym.Env, agent_name: str, task_id: str, seed: int | None,
     """The record of an episode that could not be played (its worker kept dying): reward 0, ``ended_by``
     ``worker_error``, the cause in ``error``, every other field at its default (a dumped ``RunRecord``)."""
     inner = env.unwrapped
-    return RunRecord(task_id=str(task_id), env_id=env.spec.id if env.spec else None, split=inner.split, seed=seed,
-                     reward=0.0, reward_source=None, dynamics=inner.dynamics, agent=agent_name, turns=0,
-                     tool_calls=0, ended_by="worker_error", error=error, seconds=0.0).model_dump()
+    return RunRecord(
+        task_id=str(task_id),
+        env_id=env.spec.id if env.spec else None,
+        split=inner.split,
+        seed=seed,
+        reward=0.0,
+        reward_source=None,
+        dynamics=inner.dynamics,
+        agent=agent_name,
+        turns=0,
+        tool_calls=0,
+        ended_by="worker_error",
+        error=error,
+        seconds=0.0,
+    ).model_dump()
 
 
-def run_episodes(env: gym.Env | Sequence[gym.Env], agent: Agent, task_ids: Sequence[str], seed: int = 0,
-                 repeats: int = 1) -> Iterator[dict]:
+def run_episodes(
+    env: gym.Env | Sequence[gym.Env], agent: Agent, task_ids: Sequence[str], seed: int = 0, repeats: int = 1
+) -> Iterator[dict]:
     """Every task ``repeats`` times in a row, episode i seeded ``seed + i``; given several envs, that
     many episodes at a time (:func:`run_batched`)."""
     envs = [env] if isinstance(env, gym.Env) else list(env)

@@ -34,42 +34,58 @@ REWARD_NAMES = ", ".join([*REWARDS, *(f"{prefix}:MODEL@BASE_URL" for prefix in S
 class RunConfig:
     """The settings of a run; each field's default and help are also ``envace-gym run``'s option's."""
 
-    env_id: str = setting(help="A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the "
-                               "module registers ID).")
+    env_id: str = setting(
+        help="A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the module registers ID)."
+    )
     agent: str = setting("oracle", f"Agent: {agents.NAMES} (an Agent subclass; PATH.py:CLASS too).")
-    agent_kwargs: dict = setting({}, "KEY=VALUE for the agent, e.g. max_new_tokens=64 (repeat; values are JSON "
-                                     "where they parse).")
+    agent_kwargs: dict = setting(
+        {}, "KEY=VALUE for the agent, e.g. max_new_tokens=64 (repeat; values are JSON where they parse)."
+    )
     dynamics: str = setting("real", f"One of {', '.join(DYNAMICS)}.")
     simulator: str | None = setting(None, "The agent that answers tool calls under --dynamics simulated.")
     p_real: float = setting(0.5, "The chance that the real world answers a call under --dynamics mixed.")
-    user: str = setting("scripted", "scripted, or llm:MODEL@BASE_URL (tau2's LLM user on an OpenAI-compatible "
-                                    "server).")
+    user: str = setting("scripted", "scripted, or llm:MODEL@BASE_URL (tau2's LLM user on an OpenAI-compatible server).")
     split: str | None = setting(None, "Task split (train, test, base).")
-    task_ids: list[str] | None = setting(None, "Task ids (repeat or comma-separate); FIRST..LAST: the tasks "
-                                               "between, in order.")
-    reward: str | None = setting(None, f"One of {REWARD_NAMES} (default: world under real and shadow "
-                                       "dynamics; where the policy answers calls, replay when the suite can "
-                                       "rebuild its world here, so the means compare, else the dynamics' own).")
-    max_turns: int | None = setting(None, "Agent turns before truncation (default: the turn limit an hf:CHECKPOINT "
-                                          "of `train` was trained with, else 50).")
+    task_ids: list[str] | None = setting(
+        None, "Task ids (repeat or comma-separate); FIRST..LAST: the tasks between, in order."
+    )
+    reward: str | None = setting(
+        None,
+        f"One of {REWARD_NAMES} (default: world under real and shadow "
+        "dynamics; where the policy answers calls, replay when the suite can "
+        "rebuild its world here, so the means compare, else the dynamics' own).",
+    )
+    max_turns: int | None = setting(
+        None,
+        "Agent turns before truncation (default: the turn limit an hf:CHECKPOINT "
+        "of `train` was trained with, else 50).",
+    )
     repeats: int = setting(1, "Episodes per task.")
     batch: int = setting(1, "Episodes stepped together, their turns generated in one act_batch.")
     seed: int = setting(0, "Seed of the first episode (then +1 each).")
     limit: int | None = setting(None, "Only the first N of the selected tasks.")
-    rehearsal_budget: int = setting(0, "Private rehearsal: attempts imagined in forks of the episode before each "
-                                       "act turn (0: none).")
+    rehearsal_budget: int = setting(
+        0, "Private rehearsal: attempts imagined in forks of the episode before each act turn (0: none)."
+    )
     rehearsal_mode: str = setting("parallel", "parallel or sequential (each attempt sees the earlier ones).")
-    rehearsal_select: str = setting("best", "memory (generate with a digest of the attempts), best (the "
-                                            "best-scored attempt's first turn) or vote.")
-    rehearsal_scorer: str = setting("errors", "best's scorer: errors (fewest error responses) or judge (the agent "
-                                              "rates its attempts).")
-    rehearsal_horizon: int | None = setting(None, "Act turns per attempt (default: until its next message to the "
-                                                  "user).")
+    rehearsal_select: str = setting(
+        "best", "memory (generate with a digest of the attempts), best (the best-scored attempt's first turn) or vote."
+    )
+    rehearsal_scorer: str = setting(
+        "errors", "best's scorer: errors (fewest error responses) or judge (the agent rates its attempts)."
+    )
+    rehearsal_horizon: int | None = setting(
+        None, "Act turns per attempt (default: until its next message to the user)."
+    )
     world_model: str | None = setting(None, "The agent that answers the attempts' tool calls (default: --agent).")
-    workers: int | None = setting(None, "Ray workers playing the episodes (each its own envs and agent; --batch "
-                                        "envs each). Default: this process alone.")
-    ray_address: str | None = setting(None, "With --workers: a Ray cluster to join (auto, ray://HOST:PORT); "
-                                            "default: a local Ray.")
+    workers: int | None = setting(
+        None,
+        "Ray workers playing the episodes (each its own envs and agent; --batch "
+        "envs each). Default: this process alone.",
+    )
+    ray_address: str | None = setting(
+        None, "With --workers: a Ray cluster to join (auto, ray://HOST:PORT); default: a local Ray."
+    )
     resume: bool = setting(False, "Keep the records already in --out and play only the episodes they lack.")
     out: str | None = setting(None, "JSONL file for the records (default: runs/ENV-AGENT-DYNAMICS.jsonl).")
 
@@ -79,8 +95,14 @@ class RunConfig:
     @property
     def rehearsal(self) -> dict:
         """:func:`envace_gym.agents.with_rehearsal`'s options."""
-        return {"budget": self.rehearsal_budget, "mode": self.rehearsal_mode, "select": self.rehearsal_select,
-                "world_model": self.world_model, "horizon": self.rehearsal_horizon, "scorer": self.rehearsal_scorer}
+        return {
+            "budget": self.rehearsal_budget,
+            "mode": self.rehearsal_mode,
+            "select": self.rehearsal_select,
+            "world_model": self.world_model,
+            "horizon": self.rehearsal_horizon,
+            "scorer": self.rehearsal_scorer,
+        }
 
 
 class Run:
@@ -97,33 +119,52 @@ class Run:
             trained = play_settings(c.agent.removeprefix("hf:")) if c.agent.startswith("hf:") else {}
             max_turns = trained.get("max_turns", 50)
         self.max_turns, self.on_turn = max_turns, None  # on_turn: run_batched's, for a caller to set
-        self.make_kwargs = env_kwargs(env_id, c.split, c.task_ids, dynamics=c.dynamics, reward=c.reward,
-                                      max_turns=max_turns, simulator=c.simulator, p_real=c.p_real,
-                                      **user_option(c.user))
+        self.make_kwargs = env_kwargs(
+            env_id,
+            c.split,
+            c.task_ids,
+            dynamics=c.dynamics,
+            reward=c.reward,
+            max_turns=max_turns,
+            simulator=c.simulator,
+            p_real=c.p_real,
+            **user_option(c.user),
+        )
         if c.reward is None:
             self.make_kwargs["reward"] = comparable_reward(gym.make(env_id, **self.make_kwargs).unwrapped)
         self.envs = make_envs(env_id, c.batch if c.workers is None else 1, **self.make_kwargs)
         inner = self.envs[0].unwrapped
-        self.reward_note = None if get_dynamics(c.dynamics).answers == "world" or inner.reward else (
-            f"rewards here are the {DEFAULT_REWARD[c.dynamics]!r} reward (this suite's world cannot be rebuilt "
-            "here to replay the calls): not the same source as a real run's 'world' reward, so the two means "
-            "do not compare")
+        self.reward_note = (
+            None
+            if get_dynamics(c.dynamics).answers == "world" or inner.reward
+            else (
+                f"rewards here are the {DEFAULT_REWARD[c.dynamics]!r} reward (this suite's world cannot be rebuilt "
+                "here to replay the calls): not the same source as a real run's 'world' reward, so the two means "
+                "do not compare"
+            )
+        )
         # reward_source may differ by episode: --reward's, else the dynamics' default or, for a task without
         # gold, the suite's judge (and None where the episode ended unscored): a record may have any of them
         rewards = [inner.reward] if inner.reward else [DEFAULT_REWARD[c.dynamics], inner.suite.judge_reward()]
-        settings = {"env_id": self.envs[0].spec.id, "split": inner.split, "dynamics": inner.dynamics,
-                    "reward_source": tuple(getattr(r, "__name__", r) for r in rewards if r is not None)}
+        settings = {
+            "env_id": self.envs[0].spec.id,
+            "split": inner.split,
+            "dynamics": inner.dynamics,
+            "reward_source": tuple(getattr(r, "__name__", r) for r in rewards if r is not None),
+        }
         if c.workers is None:  # under workers the agent's name comes with the records they play
             self.agent = agents.load(c.agent, env=self.envs[0], **c.agent_kwargs)
             if not self.agent.acts:
-                raise ValueError(f"{self.agent.name} is a world model and cannot act: it answers rehearse turns "
-                                 "only; give it as --simulator, --world-model or compare's --agent, and act with "
-                                 "another agent")
+                raise ValueError(
+                    f"{self.agent.name} is a world model and cannot act: it answers rehearse turns "
+                    "only; give it as --simulator, --world-model or compare's --agent, and act with "
+                    "another agent"
+                )
             self.agent = agents.with_rehearsal(self.agent, self.envs[0], **c.rehearsal)
             settings["agent"] = self.agent.name
         check_reward_available(self.envs[0])
         self.out = records_file(c.out, env_id, c.agent, c.dynamics)
-        ids = inner.task_ids[:c.limit]
+        ids = inner.task_ids[: c.limit]
         self.episodes = [(task_id, c.seed + i) for i, task_id in enumerate(t for t in ids for _ in range(c.repeats))]
         self.earlier = resume_records(self.out, settings) if c.resume and self.out.exists() else []
         done = {(r["task_id"], r["seed"]) for r in self.earlier}
@@ -144,9 +185,11 @@ class Run:
         with closing(stream), self.out.open("a" if c.resume else "w") as f:
             for record in stream:
                 if self.earlier and record["agent"] != self.earlier[0]["agent"]:
-                    raise ValueError(f"{self.out} holds the records of another run: its agent is "
-                                     f"{self.earlier[0]['agent']!r}, this run's {record['agent']!r}; resume with "
-                                     "the same settings, or give another --out")
+                    raise ValueError(
+                        f"{self.out} holds the records of another run: its agent is "
+                        f"{self.earlier[0]['agent']!r}, this run's {record['agent']!r}; resume with "
+                        "the same settings, or give another --out"
+                    )
                 write_record(f, record)
                 yield record
 
@@ -178,7 +221,7 @@ def expand_ranges(ids: list[str], order: list[str]) -> list[str]:
         a, b = order.index(first), order.index(last)
         if a > b:
             raise ValueError(f"--task-ids {item}: {first!r} comes after {last!r} in the split's order")
-        out += order[a:b + 1]
+        out += order[a : b + 1]
     return out
 
 
@@ -197,8 +240,11 @@ def comparable_reward(env: EnvACEEnv) -> str | None:
     after the fact), so that the mean means what a real run's ``world`` reward means; else None (the
     dynamics' default, or the judge for tasks without gold)."""
     suite = env.suite
-    replays = get_dynamics(env.dynamics).answers != "world" and suite.private_worlds and all(
-        suite.has_gold(suite.task(t)) for t in env.task_ids)
+    replays = (
+        get_dynamics(env.dynamics).answers != "world"
+        and suite.private_worlds
+        and all(suite.has_gold(suite.task(t)) for t in env.task_ids)
+    )
     return "replay" if replays else None
 
 
@@ -210,8 +256,9 @@ def check_reward_available(env: gym.Env) -> None:
     if reward is None and task is not None and not inner.suite.has_gold(task):
         reward = inner.suite.judge_reward()
     if getattr(reward, "unavailable", None):
-        raise ValueError(f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: "
-                         f"{reward.unavailable}")
+        raise ValueError(
+            f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: {reward.unavailable}"
+        )
 
 
 def records_file(out: str | Path | None, env_id: str, agent: str, what: str) -> Path:
@@ -220,4 +267,3 @@ def records_file(out: str | Path | None, env_id: str, agent: str, what: str) -> 
     out = Path(out) if out else Path("runs") / f"{env_id.split('/')[-1]}-{agent.split(':')[0]}-{what}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     return out
-

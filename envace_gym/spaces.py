@@ -42,12 +42,19 @@ class ObservationSpace(gym.Space[dict]):
         if x["role"] not in ROLES or not isinstance(x["messages"], list) or not isinstance(x["tools"], list):
             return False
         for m in x["messages"]:
-            if not (isinstance(m, dict) and m.get("role") in MESSAGE_ROLES
-                    and (m.get("content") is None or isinstance(m.get("content"), str))):
+            if not (
+                isinstance(m, dict)
+                and m.get("role") in MESSAGE_ROLES
+                and (m.get("content") is None or isinstance(m.get("content"), str))
+            ):
                 return False
         for t in x["tools"]:
-            if not (isinstance(t, dict) and t.get("type") == "function"
-                    and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)):
+            if not (
+                isinstance(t, dict)
+                and t.get("type") == "function"
+                and isinstance(t.get("function"), dict)
+                and isinstance(t["function"].get("name"), str)
+            ):
                 return False
         call = x["tool_call"]
         if x["role"] == "act":
@@ -57,11 +64,20 @@ class ObservationSpace(gym.Space[dict]):
     def sample(self, mask: Any = None, probability: Any = None) -> dict:
         rng = self.np_random
         name = _words(rng, 1).replace(" ", "_")
-        tools = [{"type": "function", "function": {"name": name, "description": _words(rng, 5),
-                                                   "parameters": {"type": "object", "properties": {}}}}]
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": _words(rng, 5),
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+        ]
         messages = [{"role": "system", "content": _words(rng, 8)}]
-        messages += [{"role": ("user", "assistant")[i % 2], "content": _words(rng, 6)}
-                     for i in range(int(rng.integers(1, 5)))]
+        messages += [
+            {"role": ("user", "assistant")[i % 2], "content": _words(rng, 6)} for i in range(int(rng.integers(1, 5)))
+        ]
         role = ROLES[int(rng.integers(2))]
         call = {"id": "call_0", "name": name, "arguments": {}} if role == "rehearse" else None
         return {"role": role, "messages": messages, "tools": tools, "tool_call": call}
@@ -104,15 +120,19 @@ class ActionSpace(gym.Space[str]):
             return format_tool_call(name, self.tools.sample_arguments(name, rng))
         if u < 0.8:
             return _words(rng, int(rng.integers(3, 12)))
-        broken = ["<tool_call>{not json</tool_call>", '<tool_call>{"arguments": {}}</tool_call>',
-                  '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>', "<tool_call>["]
+        broken = [
+            "<tool_call>{not json</tool_call>",
+            '<tool_call>{"arguments": {}}</tool_call>',
+            '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>',
+            "<tool_call>[",
+        ]
         return broken[int(rng.integers(len(broken)))]
 
     def __eq__(self, other: Any) -> bool:
         # by value: a pickled copy (a vector env's worker checks its spaces against one) is equal
-        return isinstance(other, ActionSpace) and (other.tools is self.tools
-                                                   or other.tools.schemas == self.tools.schemas)
+        return isinstance(other, ActionSpace) and (
+            other.tools is self.tools or other.tools.schemas == self.tools.schemas
+        )
 
     def __repr__(self) -> str:
         return f"ActionSpace(text, tools={len(self.tools.names)})"
-

@@ -19,8 +19,7 @@ def parse_spec(spec: str, prefix: str) -> tuple[str, str, dict]:
     model, _, rest = spec.removeprefix(prefix).partition("@")
     base_url, _, query = rest.partition("?")
     if not model or not base_url:
-        raise ValueError(f"expected '{prefix}MODEL@BASE_URL[?timeout=S&max_retries=N&max_reply_bytes=B]', "
-                         f"got {spec!r}")
+        raise ValueError(f"expected '{prefix}MODEL@BASE_URL[?timeout=S&max_retries=N&max_reply_bytes=B]', got {spec!r}")
     options = {}
     for pair in filter(None, query.split("&")):
         key, _, value = pair.partition("=")

@@ -41,21 +41,31 @@ def deep_copy(value: Any, memo: dict | None = None) -> Any:
         return out
     if kind is dict:
         out = memo[id(value)] = {}
-        out.update({k if type(k) in _ATOMIC else deep_copy(k, memo): v if type(v) in _ATOMIC else deep_copy(v, memo)
-                    for k, v in value.items()})
+        out.update(
+            {
+                k if type(k) in _ATOMIC else deep_copy(k, memo): v if type(v) in _ATOMIC else deep_copy(v, memo)
+                for k, v in value.items()
+            }
+        )
         return out
     if getattr(kind, "__deepcopy__", None) is not BaseModel.__deepcopy__:
         return copy.deepcopy(value, memo)
     model = memo[id(value)] = kind.__new__(kind)
     setattr_ = object.__setattr__
-    setattr_(model, "__dict__", {k: v if type(v) in _ATOMIC else deep_copy(v, memo)
-                                 for k, v in value.__dict__.items()})  # a model's own dict: not shared
+    setattr_(
+        model, "__dict__", {k: v if type(v) in _ATOMIC else deep_copy(v, memo) for k, v in value.__dict__.items()}
+    )  # a model's own dict: not shared
     setattr_(model, "__pydantic_extra__", deep_copy(value.__pydantic_extra__, memo))
     setattr_(model, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
     private = getattr(value, "__pydantic_private__", None)
     # pydantic's own copy of the private attributes (a temporary dict, which ``copy`` keeps alive)
-    setattr_(model, "__pydantic_private__", None if private is None else copy.deepcopy(
-        {k: v for k, v in private.items() if v is not PydanticUndefined}, memo))
+    setattr_(
+        model,
+        "__pydantic_private__",
+        None
+        if private is None
+        else copy.deepcopy({k: v for k, v in private.items() if v is not PydanticUndefined}, memo),
+    )
     return model
 
 
@@ -169,6 +179,7 @@ def model_diff(a: BaseModel, b: BaseModel, b_dumps: dict | None = None) -> list[
     cost follows what the episodes changed, not the size of the database. ``b_dumps``
     keeps the dumps of ``b``'s items between calls, for a ``b`` that never changes.
     """
+
     def dump_b(path: tuple, value: Any) -> str:
         if b_dumps is None:
             return dump(value)
@@ -182,8 +193,7 @@ def model_diff(a: BaseModel, b: BaseModel, b_dumps: dict | None = None) -> list[
         if isinstance(va, CowMapping) and isinstance(vb, CowMapping) and va.base is vb.base:
             for key in sorted(va.touched() | vb.touched(), key=str):
                 ia, ib = va.peek(key, _MISSING), vb.peek(key, _MISSING)
-                if (ia is _MISSING) != (ib is _MISSING) or (
-                        ia is not _MISSING and dump(ia) != dump_b((name, key), ib)):
+                if (ia is _MISSING) != (ib is _MISSING) or (ia is not _MISSING and dump(ia) != dump_b((name, key), ib)):
                     diffs.append(f"{name}[{key}]")
         elif dump(_plain(va)) != dump_b((name,), _plain(vb)):
             diffs.append(name)

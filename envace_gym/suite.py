@@ -16,8 +16,10 @@ from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader, NoGoldGrader
 from envace_gym.tools import ToolSet
 
-DEFAULT_SYSTEM_PROMPT = ("You are a helpful assistant with tools. Call a tool when it helps; when the "
-                         "request is done, answer the user in plain text.")
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant with tools. Call a tool when it helps; when the "
+    "request is done, answer the user in plain text."
+)
 
 
 class World:
@@ -33,8 +35,9 @@ class World:
         """Run one schema-valid call against this world's state."""
         method = getattr(self, name, None)
         if name.startswith("_") or name in vars(World) or not callable(method):
-            return Response(error=ToolError(ErrorCode.EXECUTION_ERROR,
-                                            f"{type(self).__name__} has no method for the tool {name!r}"))
+            return Response(
+                error=ToolError(ErrorCode.EXECUTION_ERROR, f"{type(self).__name__} has no method for the tool {name!r}")
+            )
         return Response.from_native(method(**arguments))
 
     def fork(self) -> World:
@@ -135,8 +138,9 @@ class Suite(ABC):
         """The ids of a split's tasks, of all tasks (``None``), or of :attr:`default_split`'s."""
         split = self.default_split if split == "default" else split
         if split is not None:
-            raise ValueError(f"{self.name} has no split {split!r}; "
-                             f"splits: {', '.join(self.splits()) or 'none (pass split=None)'}")
+            raise ValueError(
+                f"{self.name} has no split {split!r}; splits: {', '.join(self.splits()) or 'none (pass split=None)'}"
+            )
         return [t.id for t in self.tasks]
 
     @cached_property

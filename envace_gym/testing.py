@@ -19,8 +19,10 @@ def _corpus(env_id: str | None) -> list[str]:
         from envace_gym.training.sft import gold_episodes
 
         renderer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), chat_template=TOOL_CHAT_TEMPLATE)
-        return [renderer.apply_chat_template(e["messages"], tools=e["tools"], tokenize=False)
-                for e in gold_episodes(env_id, "train", 100)]
+        return [
+            renderer.apply_chat_template(e["messages"], tools=e["tools"], tokenize=False)
+            for e in gold_episodes(env_id, "train", 100)
+        ]
     from envace_gym.envs.tau2 import get_suite
 
     suite = get_suite("retail")
@@ -31,8 +33,14 @@ def _corpus(env_id: str | None) -> list[str]:
     return texts
 
 
-def tiny_model(path: str | Path, vocab_size: int = 2048, hidden_size: int = 128, layers: int = 2,
-               seed: int = 0, env_id: str | None = None) -> Path:
+def tiny_model(
+    path: str | Path,
+    vocab_size: int = 2048,
+    hidden_size: int = 128,
+    layers: int = 2,
+    seed: int = 0,
+    env_id: str | None = None,
+) -> Path:
     """Write a random-init Qwen3 causal LM (head size 64) and its BPE tokenizer to ``path``.
 
     The tokenizer is trained on tau2 retail's policy and tool schemas, or with ``env_id`` on
@@ -50,20 +58,38 @@ def tiny_model(path: str | Path, vocab_size: int = 2048, hidden_size: int = 128,
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     if env_id is not None:  # words are lines
-        bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "merged_with_previous"),
-                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        bpe.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split("\n", "merged_with_previous"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL + MARKUP,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL + MARKUP,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     bpe.train_from_iterator(_corpus(env_id), trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>", chat_template=TOOL_CHAT_TEMPLATE)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=TOOL_CHAT_TEMPLATE
+    )
     tokenizer.save_pretrained(path)
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                         num_hidden_layers=layers, num_attention_heads=hidden_size // 64,
-                         num_key_value_heads=1, head_dim=64, max_position_embeddings=32768,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden_size // 64,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(seed)
     Qwen3ForCausalLM(config).save_pretrained(path)
     return path

@@ -49,8 +49,9 @@ def audit_schema(name: str, schema: Any) -> bool:
         node, depth = stack.pop()
         nodes += 1
         if nodes > MAX_SCHEMA_NODES or depth > MAX_SCHEMA_DEPTH:
-            raise SchemaError(f"tool {name!r}: its schema exceeds {MAX_SCHEMA_NODES} nodes or "
-                              f"{MAX_SCHEMA_DEPTH} levels")
+            raise SchemaError(
+                f"tool {name!r}: its schema exceeds {MAX_SCHEMA_NODES} nodes or {MAX_SCHEMA_DEPTH} levels"
+            )
         if isinstance(node, list):
             stack.extend((item, depth + 1) for item in node)
             continue
@@ -59,8 +60,10 @@ def audit_schema(name: str, schema: Any) -> bool:
         for key in REF_KEYS:  # a key of "properties" maps to a schema (a dict), never to a string
             ref = node.get(key)
             if isinstance(ref, str) and not ref.startswith("#"):
-                raise SchemaError(f"tool {name!r}: {key} {ref[:200]!r} points outside the schema; only "
-                                  "in-document references (#/...) are allowed, and none is ever fetched")
+                raise SchemaError(
+                    f"tool {name!r}: {key} {ref[:200]!r} points outside the schema; only "
+                    "in-document references (#/...) are allowed, and none is ever fetched"
+                )
         found = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
         if isinstance(node.get("patternProperties"), dict):
             found += list(node["patternProperties"])
@@ -69,8 +72,10 @@ def audit_schema(name: str, schema: Any) -> bool:
             try:
                 compile_pattern(pattern)
             except re2.error as e:
-                raise SchemaError(f"tool {name!r}: pattern {pattern[:200]!r} is refused: RE2, which bounds "
-                                  f"matching time, cannot compile it ({e})") from None
+                raise SchemaError(
+                    f"tool {name!r}: pattern {pattern[:200]!r} is refused: RE2, which bounds "
+                    f"matching time, cannot compile it ({e})"
+                ) from None
         stack.extend((value, depth + 1) for value in node.values())
     return patterns
 
@@ -110,8 +115,14 @@ def _validator(params: dict, patterns: bool):
     cls = jsonschema.validators.validator_for(params, default=jsonschema.Draft202012Validator)
     cls.check_schema(params)
     if patterns:
-        cls = jsonschema.validators.extend(cls, {"pattern": _pattern, "patternProperties": _pattern_properties,
-                                                 "additionalProperties": _additional_properties})
+        cls = jsonschema.validators.extend(
+            cls,
+            {
+                "pattern": _pattern,
+                "patternProperties": _pattern_properties,
+                "additionalProperties": _additional_properties,
+            },
+        )
     return cls(params, registry=Registry())
 
 
@@ -147,8 +158,11 @@ class ToolSet:
                 # than jsonschema's interpreter; jsonschema words the errors. Its regexes are Python's,
                 # so a schema with patterns is left to jsonschema with RE2.
                 self._fast[fn["name"]] = fastjsonschema.compile(
-                    params, use_default=False, use_formats=False,
-                    handlers=dict.fromkeys(("http", "https", "file", "ftp", "data"), _refuse_remote))
+                    params,
+                    use_default=False,
+                    use_formats=False,
+                    handlers=dict.fromkeys(("http", "https", "file", "ftp", "data"), _refuse_remote),
+                )
 
     # compiled validators are functions made at run time: a pickle holds the schemas and is
     # compiled again when loaded; a ToolSet is never changed, so copies share it

@@ -28,33 +28,54 @@ from envace_gym import records
 from envace_gym.fidelity import flatten
 from envace_gym.messages import escape_tags, loads_bounded
 
+
 def _diff(real, rehearsed) -> dict:
     """The leaf paths where the two responses differ (``fidelity.flatten``'s paths)."""
     try:
         a, b = flatten(loads_bounded(real)), flatten(loads_bounded(rehearsed))
     except ValueError:
         return {"real": [], "rehearsed": []}
-    return {"real": sorted(k for k, v in a.items() if k not in b or b[k] != v),
-            "rehearsed": sorted(k for k, v in b.items() if k not in a or a[k] != v)}
+    return {
+        "real": sorted(k for k, v in a.items() if k not in b or b[k] != v),
+        "rehearsed": sorted(k for k, v in b.items() if k not in a or a[k] != v),
+    }
 
 
 def _episode(r: dict, source: str) -> dict:
     messages = r.get("messages") if isinstance(r.get("messages"), list) else []
-    return {"source": source, "task_id": str(r.get("task_id")), "seed": r.get("seed"), "reward": r.get("reward"),
-            "reward_source": r.get("reward_source"), "dynamics": r.get("dynamics"), "agent": r.get("agent"),
-            "turns": r.get("turns"), "real_calls": r.get("real_calls"), "tool_calls": r.get("tool_calls"),
-            "ended_by": r.get("ended_by"), "error": r.get("error"),
-            "attempts": r.get("rehearsal_attempts"), "reward_info": r.get("reward_info"),
-            "messages": messages, "opening": r.get("opening_messages", 0),
-            "private_context": r.get("private_context") or []}
+    return {
+        "source": source,
+        "task_id": str(r.get("task_id")),
+        "seed": r.get("seed"),
+        "reward": r.get("reward"),
+        "reward_source": r.get("reward_source"),
+        "dynamics": r.get("dynamics"),
+        "agent": r.get("agent"),
+        "turns": r.get("turns"),
+        "real_calls": r.get("real_calls"),
+        "tool_calls": r.get("tool_calls"),
+        "ended_by": r.get("ended_by"),
+        "error": r.get("error"),
+        "attempts": r.get("rehearsal_attempts"),
+        "reward_info": r.get("reward_info"),
+        "messages": messages,
+        "opening": r.get("opening_messages", 0),
+        "private_context": r.get("private_context") or [],
+    }
 
 
 def _call(r: dict, source: str) -> dict:
     real, rehearsed = str(r.get("real", "")), str(r.get("rehearsed", ""))
-    return {"source": source, "task_id": str(r.get("task_id")), "tool": str(r.get("tool")),
-            "arguments": r.get("arguments"), "real": real, "rehearsed": rehearsed,
-            **{k: r.get(k) for k in ("parsed", "shape", "leaf_match", "error_agree", "exact")},
-            "diff": _diff(real, rehearsed)}
+    return {
+        "source": source,
+        "task_id": str(r.get("task_id")),
+        "tool": str(r.get("tool")),
+        "arguments": r.get("arguments"),
+        "real": real,
+        "rehearsed": rehearsed,
+        **{k: r.get(k) for k in ("parsed", "shape", "leaf_match", "error_agree", "exact")},
+        "diff": _diff(real, rehearsed),
+    }
 
 
 def _training_svg(rows: list[dict], title: str) -> str:
@@ -69,7 +90,7 @@ def _training_svg(rows: list[dict], title: str) -> str:
     fig.savefig(out, format="svg", metadata={"Date": None})
     plt.close(fig)
     svg = out.getvalue()
-    return svg[svg.index("<svg"):]
+    return svg[svg.index("<svg") :]
 
 
 def collect(paths: list[str | Path]) -> dict:

@@ -15,8 +15,13 @@ from envace_gym import agents
 from envace_gym.envs.mcp import make_env
 
 server = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).with_name("mcp_notes_server.py"))
-tasks = [{"id": "write", "user": "Please note that the review moved to Friday.",
-          "gold": [{"name": "add_note", "arguments": {"title": "review", "text": "moved to Friday"}}]}]
+tasks = [
+    {
+        "id": "write",
+        "user": "Please note that the review moved to Friday.",
+        "gold": [{"name": "add_note", "arguments": {"title": "review", "text": "moved to Friday"}}],
+    }
+]
 env = make_env(server, tasks, dynamics="real", reward="tool_f1")  # or dynamics="rehearsed", "shadow", ...
 oracle = agents.load("oracle", env=env)
 obs, info = env.reset(seed=0)

@@ -17,10 +17,16 @@ import gymnasium as gym
 from envace_gym.envs.mcp import make_env
 
 SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "mcp_server.py")]
-TASKS = [{"id": "balance", "user": "What is the balance of account A-1?",
-          "gold": [{"name": "get_balance", "arguments": {"account_id": "A-1"}}]},
-         {"id": "accounts", "user": "Which accounts do I have?", "gold": [{"name": "list_accounts", "arguments": {}}]}]
+TASKS = [
+    {
+        "id": "balance",
+        "user": "What is the balance of account A-1?",
+        "gold": [{"name": "get_balance", "arguments": {"account_id": "A-1"}}],
+    },
+    {"id": "accounts", "user": "Which accounts do I have?", "gold": [{"name": "list_accounts", "arguments": {}}]},
+]
 
 if "Bank/bank-v0" not in gym.registry:
-    gym.register("Bank/bank-v0", entry_point=partial(make_env, SERVER, TASKS, reward="tool_f1"),
-                 disable_env_checker=True)
+    gym.register(
+        "Bank/bank-v0", entry_point=partial(make_env, SERVER, TASKS, reward="tool_f1"), disable_env_checker=True
+    )

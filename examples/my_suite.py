@@ -22,15 +22,36 @@ import envace_gym
 from envace_gym import Grader, Suite, Task, ToolSet, World
 
 # closed: the tools are Python methods, so an argument their schema does not name is refused
-TOOLS = ToolSet([
-    {"type": "function", "function": {"name": "find_tickets", "description": "The open tickets of a customer.",
-     "parameters": {"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]}}},
-    {"type": "function", "function": {"name": "close_ticket", "description": "Close a ticket.",
-     "parameters": {"type": "object", "properties": {"ticket_id": {"type": "integer"}}, "required": ["ticket_id"]}}},
-], closed=True)
-TICKETS = {1: {"email": "ana@example.com", "subject": "Printer jam", "status": "open"},
-           2: {"email": "ana@example.com", "subject": "VPN down", "status": "open"},
-           3: {"email": "bo@example.com", "subject": "New laptop", "status": "open"}}
+TOOLS = ToolSet(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "find_tickets",
+                "description": "The open tickets of a customer.",
+                "parameters": {"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]},
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "close_ticket",
+                "description": "Close a ticket.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"ticket_id": {"type": "integer"}},
+                    "required": ["ticket_id"],
+                },
+            },
+        },
+    ],
+    closed=True,
+)
+TICKETS = {
+    1: {"email": "ana@example.com", "subject": "Printer jam", "status": "open"},
+    2: {"email": "ana@example.com", "subject": "VPN down", "status": "open"},
+    3: {"email": "bo@example.com", "subject": "New laptop", "status": "open"},
+}
 
 
 @dataclass
@@ -41,8 +62,11 @@ class HelpDesk(World):
     tickets: dict
 
     def find_tickets(self, email: str) -> list:
-        return [{"ticket_id": i, "subject": t["subject"]} for i, t in self.tickets.items()
-                if t["email"] == email and t["status"] == "open"]
+        return [
+            {"ticket_id": i, "subject": t["subject"]}
+            for i, t in self.tickets.items()
+            if t["email"] == email and t["status"] == "open"
+        ]
 
     def close_ticket(self, ticket_id: int) -> dict:
         if self.tickets[ticket_id]["status"] == "closed":  # an unknown id raises KeyError
@@ -63,14 +87,26 @@ class HelpDeskGrader(Grader):
 class HelpDeskSuite(Suite):
     name = "helpdesk"
     tasks = [
-        Task("vpn", user="I'm ana@example.com. My VPN works again: please close that ticket.",
-             gold=[{"name": "find_tickets", "arguments": {"email": "ana@example.com"}},
-                   {"name": "close_ticket", "arguments": {"ticket_id": 2}}]),
-        Task("laptop", user=["Please close the laptop ticket of bo@example.com.",  # then one follow-up
-                             "Thanks. Does ana@example.com still have open tickets?"],
-             gold=[{"name": "find_tickets", "arguments": {"email": "bo@example.com"}},
-                   {"name": "close_ticket", "arguments": {"ticket_id": 3}},
-                   {"name": "find_tickets", "arguments": {"email": "ana@example.com"}}]),
+        Task(
+            "vpn",
+            user="I'm ana@example.com. My VPN works again: please close that ticket.",
+            gold=[
+                {"name": "find_tickets", "arguments": {"email": "ana@example.com"}},
+                {"name": "close_ticket", "arguments": {"ticket_id": 2}},
+            ],
+        ),
+        Task(
+            "laptop",
+            user=[
+                "Please close the laptop ticket of bo@example.com.",  # then one follow-up
+                "Thanks. Does ana@example.com still have open tickets?",
+            ],
+            gold=[
+                {"name": "find_tickets", "arguments": {"email": "bo@example.com"}},
+                {"name": "close_ticket", "arguments": {"ticket_id": 3}},
+                {"name": "find_tickets", "arguments": {"email": "ana@example.com"}},
+            ],
+        ),
     ]
     grader = cached_property(HelpDeskGrader)  # optional: HelpDeskGrader(suite), made once
 

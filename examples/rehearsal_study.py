@@ -35,7 +35,8 @@ calls; ``sft_curve.png``).
     python examples/rehearsal_study.py --summarize --out runs/rehearsal_study   # redraw from the seed files
     python examples/rehearsal_study.py --diagnose runs/rehearsal_study/seed0/warm --out runs/rehearsal_study
     python examples/rehearsal_study.py --explore runs/rehearsal_study/seed0/warm --out runs/rehearsal_study
-    python examples/rehearsal_study.py --gradients runs/rehearsal_study/seed0/warm --reward strict_progress --out runs/rehearsal_study
+    python examples/rehearsal_study.py --gradients runs/rehearsal_study/seed0/warm --reward strict_progress \
+        --out runs/rehearsal_study
 """
 
 from __future__ import annotations
@@ -62,12 +63,15 @@ from envace_gym.rewards import actions_share_reward, strict_progress_reward
 from envace_gym.runner import run_episodes
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
+from envace_gym.training.evaluation import fidelity, play
 from envace_gym.training.rollout import collect
 from envace_gym.training.sft import episode_tokens, role_nll
-from envace_gym.training.evaluation import fidelity, play
 
-CONDITIONS = {"real": ("real", ["act"]), "envace": ("rehearsed", ["act", "rehearse"]),
-              "act-only": ("rehearsed", ["act"])}
+CONDITIONS = {
+    "real": ("real", ["act"]),
+    "envace": ("rehearsed", ["act", "rehearse"]),
+    "act-only": ("rehearsed", ["act"]),
+}
 PHASES = ("before", "warm", "plateau")
 METRICS = ("reward", "sampled_reward", "gold_share", "valid_calls", "parsed", "leaf_match", "exact")
 
@@ -79,10 +83,13 @@ class Study:
         self.seed, self.args = seed, args
         self.out = args.out / f"seed{seed}"
         self.out.mkdir(parents=True, exist_ok=True)
-        self.init = tiny_model(self.out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed,
-                               env_id=args.env)
-        self.envs = {split: gym.make(args.env, split=split, dynamics="real", max_turns=args.max_turns)
-                     for split in (args.val_split, "test")}
+        self.init = tiny_model(
+            self.out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed, env_id=args.env
+        )
+        self.envs = {
+            split: gym.make(args.env, split=split, dynamics="real", max_turns=args.max_turns)
+            for split in (args.val_split, "test")
+        }
         self.record: dict = {"seed": seed}
         self.trainers: dict = {}
 
@@ -104,13 +111,18 @@ class Study:
 
     def _evaluate(self, policy, split: str, fidelity_tasks: int | None, tasks: int | None) -> dict:
         env = self.envs[split]
-        ids = env.unwrapped.task_ids[:tasks or self.args.eval_tasks]
-        agent = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer,
-                        max_new_tokens=self.args.new_tokens)
+        ids = env.unwrapped.task_ids[: tasks or self.args.eval_tasks]
+        agent = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer, max_new_tokens=self.args.new_tokens)
         out = play(env, agent, ids)
         if self.args.sampled_eval:  # the sampling policy that GRPO trains, one episode per task
-            sampler = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer,
-                              max_new_tokens=self.args.new_tokens, temperature=self.args.temperature, seed=self.seed)
+            sampler = HFAgent(
+                self.init,
+                model=policy.model,
+                tokenizer=policy.tokenizer,
+                max_new_tokens=self.args.new_tokens,
+                temperature=self.args.temperature,
+                seed=self.seed,
+            )
             out["sampled_reward"] = play(env, sampler, ids)["reward"]
         if fidelity_tasks != 0:
             out.update(fidelity(env, agent, ids[:fidelity_tasks]))
@@ -119,9 +131,21 @@ class Study:
     def sft(self) -> tuple[Path, Path]:
         """The SFT curve on validation; returns the warm-start and plateau models."""
         args = self.args
-        sft = SFT(SFTConfig(model=f"hf:{self.init}", env_id=args.env, out=str(self.out / "sft"),
-                            max_episodes=args.sft_episodes, batch=args.sft_batch, minibatch=args.sft_batch,
-                            steps=args.sft_steps, lr=args.sft_lr, save_every=0, seed=self.seed, tensorboard=False))
+        sft = SFT(
+            SFTConfig(
+                model=f"hf:{self.init}",
+                env_id=args.env,
+                out=str(self.out / "sft"),
+                max_episodes=args.sft_episodes,
+                batch=args.sft_batch,
+                minibatch=args.sft_batch,
+                steps=args.sft_steps,
+                lr=args.sft_lr,
+                save_every=0,
+                seed=self.seed,
+                tensorboard=False,
+            )
+        )
         # an untrained model writes max_new_tokens every turn: the first tasks show its zero
         self.record["before"] = self.evaluate(sft, "test", None, tasks=args.before_tasks)
         curve = self.record["sft_curve"] = []
@@ -132,8 +156,7 @@ class Study:
                 continue
             curve.append({"step": sft.step, **self.evaluate(sft, args.val_split, args.val_fidelity)})
             print(f"seed {self.seed} sft {curve[-1]}", flush=True)
-            reached = (curve[-1]["reward"] >= args.warm_target if args.warm_step is None
-                       else sft.step >= args.warm_step)
+            reached = curve[-1]["reward"] >= args.warm_target if args.warm_step is None else sft.step >= args.warm_step
             if warm is None and reached:
                 warm = self._keep(sft, "warm")
                 self.record["warm_step"] = sft.step
@@ -159,14 +182,36 @@ class Study:
     def grpo(self, name: str, warm: Path) -> None:
         args = self.args
         dynamics, roles = CONDITIONS[name]
-        trainer = Trainer(TrainConfig(
-            model=f"hf:{warm}", env_id=args.env, out=str(self.out / name), dynamics=dynamics, roles=roles,
-            reward=charging_rejected if args.charge_rejected else with_success_bonus if args.success_bonus else args.reward,
-            scale_advantages=args.scale_advantages, group_size=args.group_size, tasks_per_step=args.tasks_per_step,
-            minibatch=args.minibatch,
-            steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, clip_eps=args.clip_eps, kl_coef=args.kl_coef, temperature=args.temperature,
-            max_new_tokens=args.new_tokens, max_turns=args.max_turns, eval_every=0, save_every=0,
-            tensorboard=False, seed=self.seed))
+        trainer = Trainer(
+            TrainConfig(
+                model=f"hf:{warm}",
+                env_id=args.env,
+                out=str(self.out / name),
+                dynamics=dynamics,
+                roles=roles,
+                reward=charging_rejected
+                if args.charge_rejected
+                else with_success_bonus
+                if args.success_bonus
+                else args.reward,
+                scale_advantages=args.scale_advantages,
+                group_size=args.group_size,
+                tasks_per_step=args.tasks_per_step,
+                minibatch=args.minibatch,
+                steps=args.steps,
+                lr=args.lr,
+                warmup_steps=args.warmup_steps,
+                clip_eps=args.clip_eps,
+                kl_coef=args.kl_coef,
+                temperature=args.temperature,
+                max_new_tokens=args.new_tokens,
+                max_turns=args.max_turns,
+                eval_every=0,
+                save_every=0,
+                tensorboard=False,
+                seed=self.seed,
+            )
+        )
         curve = self.record[name] = [{"step": 0, "real_calls": 0, "train_reward": None, **self.record["warm"]}]
         if self.args.keep_models:
             self.trainers[name] = trainer
@@ -178,9 +223,14 @@ class Study:
             real_calls += sum(c.source == "real" for env in trainer.envs for c in env.unwrapped.episode.calls)
             if trainer.step % args.eval_every == 0 or trainer.step == args.steps:
                 full = trainer.step % args.fidelity_every == 0 or trainer.step == args.steps
-                curve.append({"step": trainer.step, "real_calls": real_calls,
-                              "train_reward": statistics.fmean(r for r in rewards if r is not None),
-                              **self.evaluate(trainer, "test", None if full else 0)})
+                curve.append(
+                    {
+                        "step": trainer.step,
+                        "real_calls": real_calls,
+                        "train_reward": statistics.fmean(r for r in rewards if r is not None),
+                        **self.evaluate(trainer, "test", None if full else 0),
+                    }
+                )
                 rewards = []
                 print(f"seed {self.seed} {name} {curve[-1]}", flush=True)
                 self.save()
@@ -189,8 +239,13 @@ class Study:
         if self.args.warm_from:  # an earlier study's SFT phase and warm start for this seed
             earlier = self.args.warm_from / f"seed{self.seed}"
             done = json.loads((earlier / "results.json").read_text())
-            self.record.update({k: done[k] for k in ("before", "sft_curve", "warm_step", "plateau_step", "warm",
-                                                     "plateau", "warm_target") if k in done})
+            self.record.update(
+                {
+                    k: done[k]
+                    for k in ("before", "sft_curve", "warm_step", "plateau_step", "warm", "plateau", "warm_target")
+                    if k in done
+                }
+            )
             warm = earlier / "warm"
             if "warm" not in self.record:  # that SFT phase was stopped once its warm start was saved
                 self.record["warm"] = self.evaluate(_Loaded(warm), "test", None)
@@ -213,7 +268,7 @@ def charging_rejected(episode) -> tuple[float, dict]:
     if not rejected:
         return value, parts
     hits = sum(c["met"] for c in parts.get("action_checks") or [])
-    share = hits / ((len(parts.get("action_checks") or []) + parts["extra_calls"] + rejected))
+    share = hits / (len(parts.get("action_checks") or []) + parts["extra_calls"] + rejected)
     said = parts["communicate_share"]
     value = share if said is None else (share + said) / 2
     return value, {**parts, "strict_share": share, "rejected_calls": rejected, "strict_progress": value}
@@ -253,9 +308,19 @@ def failure_modes(env_id: str, model: Path, split: str, args) -> dict:
             done = terminated or truncated
         parts = info.get("reward_info", {})
         share = actions_share_reward(env.unwrapped.episode)[0]
-        cause = ("solved" if reward == 1.0 else "turn_limit" if truncated else "missing_call" if share < 1.0
-                 else "wrong_write" if parts.get("db") == 0.0 else "unsaid_item" if parts.get("communicate") == 0.0
-                 else "other")
+        cause = (
+            "solved"
+            if reward == 1.0
+            else "turn_limit"
+            if truncated
+            else "missing_call"
+            if share < 1.0
+            else "wrong_write"
+            if parts.get("db") == 0.0
+            else "unsaid_item"
+            if parts.get("communicate") == 0.0
+            else "other"
+        )
         causes[cause] += 1
         if cause == "missing_call":
             for miss in missed_arguments(env.unwrapped.episode):
@@ -287,19 +352,26 @@ def exploration(env_id: str, model: Path, split: str, args, tasks: int = 60) -> 
     ones each (tau2's reward), counted per task."""
     envs = [gym.make(env_id, split=split, dynamics="real", max_turns=args.max_turns) for _ in range(args.group_size)]
     ids = envs[0].unwrapped.task_ids[:tasks]
-    greedy = {r["task_id"]: r["reward"] for r in run_episodes(envs, HFAgent(model, max_new_tokens=args.new_tokens), ids)}
+    greedy = {
+        r["task_id"]: r["reward"] for r in run_episodes(envs, HFAgent(model, max_new_tokens=args.new_tokens), ids)
+    }
     sampler = HFAgent(model, max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0)
     sampled: dict[str, list[float]] = {t: [] for t in ids}
     for record in run_episodes(envs, sampler, ids, repeats=args.group_size):
         sampled[record["task_id"]].append(record["reward"])
     failed = [t for t in ids if greedy[t] < 1.0]
-    return {"tasks": len(ids), "samples_per_task": args.group_size, "greedy_solved": len(ids) - len(failed),
-            "sample_success": statistics.fmean(r for t in ids for r in sampled[t]),
-            "greedy_failed_some_sample_solved": sum(max(sampled[t]) == 1.0 for t in failed),
-            "greedy_failed_no_sample_solved": sum(max(sampled[t]) < 1.0 for t in failed),
-            "greedy_solved_sample_success": statistics.fmean(r for t in ids if t not in failed for r in sampled[t])
-            if len(failed) < len(ids) else None,
-            "groups_all_equal": sum(len(set(sampled[t])) == 1 for t in ids)}
+    return {
+        "tasks": len(ids),
+        "samples_per_task": args.group_size,
+        "greedy_solved": len(ids) - len(failed),
+        "sample_success": statistics.fmean(r for t in ids for r in sampled[t]),
+        "greedy_failed_some_sample_solved": sum(max(sampled[t]) == 1.0 for t in failed),
+        "greedy_failed_no_sample_solved": sum(max(sampled[t]) < 1.0 for t in failed),
+        "greedy_solved_sample_success": statistics.fmean(r for t in ids if t not in failed for r in sampled[t])
+        if len(failed) < len(ids)
+        else None,
+        "groups_all_equal": sum(len(set(sampled[t])) == 1 for t in ids),
+    }
 
 
 def gradient_agreement(env_id: str, model: Path, args, tasks: int = 8, batches: int = 4) -> dict:
@@ -308,15 +380,32 @@ def gradient_agreement(env_id: str, model: Path, args, tasks: int = 8, batches: 
     (``--group-size`` sampled episodes per task, ``--reward``, two sampling seeds). Cosines: GRPO
     against SFT on the same tasks, two GRPO samples of the same tasks, and each method across task
     sets (how much of a batch's direction is shared by other batches rather than its own noise)."""
-    trainer = Trainer(TrainConfig(
-        model=f"hf:{model}", env_id=env_id, out=str(args.out / "gradients"), dynamics="real", roles=["act"],
-        reward=args.reward, group_size=args.group_size, tasks_per_step=tasks, minibatch=tasks * args.group_size,
-        steps=1, lr=1e-30, temperature=args.temperature, max_new_tokens=args.new_tokens, max_turns=args.max_turns,
-        eval_every=0, save_every=0, tensorboard=False, seed=0))  # lr ~0: update() leaves the weights as they are
+    trainer = Trainer(
+        TrainConfig(
+            model=f"hf:{model}",
+            env_id=env_id,
+            out=str(args.out / "gradients"),
+            dynamics="real",
+            roles=["act"],
+            reward=args.reward,
+            group_size=args.group_size,
+            tasks_per_step=tasks,
+            minibatch=tasks * args.group_size,
+            steps=1,
+            lr=1e-30,
+            temperature=args.temperature,
+            max_new_tokens=args.new_tokens,
+            max_turns=args.max_turns,
+            eval_every=0,
+            save_every=0,
+            tensorboard=False,
+            seed=0,
+        )
+    )  # lr ~0: update() leaves the weights as they are
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     env = gym.make(env_id, split="train", dynamics="real", max_turns=args.max_turns)
-    ids = env.unwrapped.task_ids[:tasks * batches]
-    sets = [ids[k * tasks:(k + 1) * tasks] for k in range(batches)]
+    ids = env.unwrapped.task_ids[: tasks * batches]
+    sets = [ids[k * tasks : (k + 1) * tasks] for k in range(batches)]
 
     def grpo(task_set: list[str], seed: int) -> torch.Tensor:
         trainer.update(collect(trainer.agent, trainer.envs, task_set, args.group_size, seed=seed))
@@ -324,8 +413,9 @@ def gradient_agreement(env_id: str, model: Path, args, tasks: int = 8, batches: 
 
     def sft(task_set: list[str]) -> torch.Tensor:
         records = run_episodes(env, agents.load("oracle", env=env), task_set)
-        nll, count = role_nll(trainer.model, [episode_tokens(trainer.tokenizer, r) for r in records],
-                              trainer.tokenizer.pad_token_id)["act"]
+        nll, count = role_nll(
+            trainer.model, [episode_tokens(trainer.tokenizer, r) for r in records], trainer.tokenizer.pad_token_id
+        )["act"]
         trainer.model.zero_grad()
         (nll / count).backward()
         return torch.cat([p.grad.flatten() for p in params]).clone()
@@ -336,11 +426,15 @@ def gradient_agreement(env_id: str, model: Path, args, tasks: int = 8, batches: 
     g_sft = [sft(t) for t in sets]
     g_rl = [(grpo(t, 2 * k), grpo(t, 2 * k + 1)) for k, t in enumerate(sets)]
     pairs = [(i, j) for i in range(batches) for j in range(i + 1, batches)]
-    return {"model": str(model), "tasks_per_set": tasks, "episodes_per_grpo_gradient": tasks * args.group_size,
-            "grpo_vs_sft_same_tasks": statistics.fmean(cos(a, g) for (a, _), g in zip(g_rl, g_sft)),
-            "grpo_vs_grpo_same_tasks": statistics.fmean(cos(a, b) for a, b in g_rl),
-            "grpo_across_task_sets": statistics.fmean(cos(g_rl[i][0], g_rl[j][0]) for i, j in pairs),
-            "sft_across_task_sets": statistics.fmean(cos(g_sft[i], g_sft[j]) for i, j in pairs)}
+    return {
+        "model": str(model),
+        "tasks_per_set": tasks,
+        "episodes_per_grpo_gradient": tasks * args.group_size,
+        "grpo_vs_sft_same_tasks": statistics.fmean(cos(a, g) for (a, _), g in zip(g_rl, g_sft)),
+        "grpo_vs_grpo_same_tasks": statistics.fmean(cos(a, b) for a, b in g_rl),
+        "grpo_across_task_sets": statistics.fmean(cos(g_rl[i][0], g_rl[j][0]) for i, j in pairs),
+        "sft_across_task_sets": statistics.fmean(cos(g_sft[i], g_sft[j]) for i, j in pairs),
+    }
 
 
 def mean_se(values: list[float]) -> dict:
@@ -358,8 +452,10 @@ def summarize(runs: list[dict]) -> dict:
     for phase in PHASES:
         have = [r for r in runs if phase in r]
         if have:
-            table[phase] = {m: {**mean_se([r[phase].get(m) for r in have]),
-                                "by_seed": [r[phase].get(m) for r in have]} for m in METRICS}
+            table[phase] = {
+                m: {**mean_se([r[phase].get(m) for r in have]), "by_seed": [r[phase].get(m) for r in have]}
+                for m in METRICS
+            }
     for phase in ("warm_step", "plateau_step"):
         table[phase] = [r.get(phase) for r in runs]
     for name in CONDITIONS:
@@ -371,8 +467,10 @@ def summarize(runs: list[dict]) -> dict:
         row["steps"] = [p["step"] for p in last]
         row["real_calls"] = [p["real_calls"] for p in last]
         for m in ("reward", "sampled_reward", "gold_share", "leaf_match"):
-            gains = [p[m] - r["warm"][m] if p.get(m) is not None and r["warm"].get(m) is not None else None
-                     for p, r in zip(last, have)]
+            gains = [
+                p[m] - r["warm"][m] if p.get(m) is not None and r["warm"].get(m) is not None else None
+                for p, r in zip(last, have)
+            ]
             row[f"{m}_gain"] = {**mean_se(gains), "by_seed": gains}
         table[name] = row
     return table
@@ -416,8 +514,9 @@ def plot(runs: list[dict], out: Path, env_id: str) -> None:
     for ax, metric in zip(axes, sft_metrics):
         for r in runs:
             points = [p for p in r.get("sft_curve", []) if p.get(metric) is not None]
-            ax.plot([p["step"] for p in points], [p[metric] for p in points], marker="o", ms=3,
-                    label=f"seed {r['seed']}")
+            ax.plot(
+                [p["step"] for p in points], [p[metric] for p in points], marker="o", ms=3, label=f"seed {r['seed']}"
+            )
         ax.set_title(f"validation {metric}")
         ax.set_xlabel("SFT step")
         ax.set_ylim(-0.05, 1.05)
@@ -429,6 +528,7 @@ def plot(runs: list[dict], out: Path, env_id: str) -> None:
 
 def markdown(summary: dict) -> str:
     """The summary as a Markdown table: mean ± standard error over seeds, and each seed's value."""
+
     def cell(entry: dict) -> str:
         if entry["mean"] is None:
             return "-"
@@ -436,18 +536,28 @@ def markdown(summary: dict) -> str:
         seeds = ", ".join("-" if v is None else f"{v:.2f}" for v in entry["by_seed"])
         return f"{entry['mean']:.2f}{se} ({seeds})"
 
-    names = {"before": "before training", "warm": "warm start (SFT)", "plateau": "SFT to plateau",
-             "real": "GRPO, real", "envace": "GRPO, envace", "act-only": "GRPO, act-only"}
-    lines = ["| row | test reward (tau2) | gold share | rehearsal leaf_match | reward gain over warm | real calls in GRPO |",
-             "|---|---|---|---|---|---|"]
+    names = {
+        "before": "before training",
+        "warm": "warm start (SFT)",
+        "plateau": "SFT to plateau",
+        "real": "GRPO, real",
+        "envace": "GRPO, envace",
+        "act-only": "GRPO, act-only",
+    }
+    lines = [
+        "| row | test reward (tau2) | gold share | rehearsal leaf_match | reward gain over warm | real calls in GRPO |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, name in names.items():
         if key not in summary:
             continue
         row = summary[key]
         gain = cell(row["reward_gain"]) if "reward_gain" in row else ""
         calls = ", ".join(str(c) for c in row["real_calls"]) if "real_calls" in row else ""
-        lines.append(f"| {name} | {cell(row['reward'])} | {cell(row['gold_share'])} | {cell(row['leaf_match'])} | "
-                     f"{gain} | {calls} |")
+        lines.append(
+            f"| {name} | {cell(row['reward'])} | {cell(row['gold_share'])} | {cell(row['leaf_match'])} | "
+            f"{gain} | {calls} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -455,9 +565,16 @@ def write_summary(args) -> dict:
     runs = [json.loads(p.read_text()) for p in sorted(args.out.glob("seed*/results.json"))]
     summary = summarize(runs)
     (args.out / "results.md").write_text(markdown(summary))
-    (args.out / "results.json").write_text(json.dumps(
-        {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-         "summary": summary, "runs": runs}, indent=1))
+    (args.out / "results.json").write_text(
+        json.dumps(
+            {
+                "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                "summary": summary,
+                "runs": runs,
+            },
+            indent=1,
+        )
+    )
     plot(runs, args.out, args.env)
     return summary
 
@@ -475,10 +592,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/rehearsal_study"))
     parser.add_argument("--summarize", action="store_true", help="only redraw results from the seed files")
     parser.add_argument("--diagnose", type=Path, nargs="+", help="saved models: count why each fails the test tasks")
-    parser.add_argument("--explore", type=Path, nargs="+",
-                        help="saved models: how often sampling solves train tasks that greedy decoding fails")
-    parser.add_argument("--gradients", type=Path, nargs="+",
-                        help="saved models: cosines between GRPO and SFT gradients, and across batches")
+    parser.add_argument(
+        "--explore",
+        type=Path,
+        nargs="+",
+        help="saved models: how often sampling solves train tasks that greedy decoding fails",
+    )
+    parser.add_argument(
+        "--gradients",
+        type=Path,
+        nargs="+",
+        help="saved models: cosines between GRPO and SFT gradients, and across batches",
+    )
     parser.add_argument("--hidden", type=int, default=256, help="tiny model width")
     parser.add_argument("--layers", type=int, default=4, help="tiny model depth")
     parser.add_argument("--sft-episodes", type=int, default=3000)
@@ -488,18 +613,35 @@ def main() -> None:
     parser.add_argument("--sft-eval-every", type=int, default=250)
     parser.add_argument("--val-fidelity", type=int, default=50, help="validation tasks whose calls are rehearsed")
     parser.add_argument("--before-tasks", type=int, default=20, help="test tasks the untrained model plays")
-    parser.add_argument("--val-split", default="validation",
-                        help="the split the SFT curve is scored on (mock-gen has none: give test with --warm-step, so it selects nothing)")
+    parser.add_argument(
+        "--val-split",
+        default="validation",
+        help="the split the SFT curve is scored on (mock-gen has none: give test with --warm-step, so it "
+        "selects nothing)",
+    )
     parser.add_argument("--warm-target", type=float, default=0.3)
-    parser.add_argument("--warm-step", type=int,
-                        help="a fixed SFT budget for the warm start (a multiple of --sft-eval-every) instead of --warm-target")
+    parser.add_argument(
+        "--warm-step",
+        type=int,
+        help="a fixed SFT budget for the warm start (a multiple of --sft-eval-every) instead of --warm-target",
+    )
     parser.add_argument("--patience", type=int, default=3, help="SFT scores without a gain before the plateau")
     parser.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
-    parser.add_argument("--reward", default="progress", help="a reward name: progress, strict_progress (extra calls count against the share), ...")
-    parser.add_argument("--charge-rejected", action="store_true",
-                        help="strict_progress, with a call the env rejected also counted as an extra call")
-    parser.add_argument("--success-bonus", action="store_true",
-                        help="strict_progress averaged with 1 if it is 1 (a whole success), else 0")
+    parser.add_argument(
+        "--reward",
+        default="progress",
+        help="a reward name: progress, strict_progress (extra calls count against the share), ...",
+    )
+    parser.add_argument(
+        "--charge-rejected",
+        action="store_true",
+        help="strict_progress, with a call the env rejected also counted as an extra call",
+    )
+    parser.add_argument(
+        "--success-bonus",
+        action="store_true",
+        help="strict_progress averaged with 1 if it is 1 (a whole success), else 0",
+    )
     parser.add_argument("--scale-advantages", action="store_true", help="divide advantages by the group's std")
     parser.add_argument("--warm-from", type=Path, help="an earlier study's folder: reuse its SFT phase per seed")
     parser.add_argument("--keep-models", action="store_true", help="save each condition's final model")
@@ -514,8 +656,11 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--fidelity-every", type=int, default=150)
-    parser.add_argument("--sampled-eval", action="store_true",
-                        help="also score the sampling policy (--temperature, one episode per task): sampled_reward")
+    parser.add_argument(
+        "--sampled-eval",
+        action="store_true",
+        help="also score the sampling policy (--temperature, one episode per task): sampled_reward",
+    )
     parser.add_argument("--eval-tasks", type=int, help="score on the first N tasks of a split (default: all)")
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--max-turns", type=int, default=5)
@@ -526,16 +671,20 @@ def main() -> None:
         return
     if args.explore:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
-        report(args.out / "exploration.json",
-               {str(path): exploration(args.env, path, "train", args) for path in args.explore})
+        report(
+            args.out / "exploration.json",
+            {str(path): exploration(args.env, path, "train", args) for path in args.explore},
+        )
         return
     if args.gradients:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
         report(args.out / "gradients.json", [gradient_agreement(args.env, path, args) for path in args.gradients])
         return
     if args.diagnose:
-        report(args.out / "failure_modes.json",
-               {str(path): failure_modes(args.env, path, "test", args) for path in args.diagnose})
+        report(
+            args.out / "failure_modes.json",
+            {str(path): failure_modes(args.env, path, "test", args) for path in args.diagnose},
+        )
         return
     if len(args.seeds) == 1:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))
@@ -549,14 +698,21 @@ def main() -> None:
         while end < len(base) and not base[end].startswith("--"):
             end += 1
         del base[at:end]
-    children = [subprocess.Popen([sys.executable, __file__, *base, "--seeds", str(seed)],
-                                 stdout=(args.out / f"seed{seed}.log").open("w"), stderr=subprocess.STDOUT)
-                for seed in args.seeds]
+    children = [
+        subprocess.Popen(
+            [sys.executable, __file__, *base, "--seeds", str(seed)],
+            stdout=(args.out / f"seed{seed}.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        for seed in args.seeds
+    ]
     codes = [child.wait() for child in children]
     summary = write_summary(args)
     print(json.dumps(summary, indent=1))
-    print(f"results in {args.out / 'results.json'}, {args.out / 'results.png'}, {args.out / 'sft_curve.png'}"
-          f"; child exit codes {codes}")
+    print(
+        f"results in {args.out / 'results.json'}, {args.out / 'results.png'}, {args.out / 'sft_curve.png'}"
+        f"; child exit codes {codes}"
+    )
 
 
 if __name__ == "__main__":

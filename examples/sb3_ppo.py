@@ -37,8 +37,9 @@ def make(split: str, dynamics: str, world_model=None, max_turns: int = 8) -> Can
     # one reward for both worlds: the episode's calls run on a fresh real world afterwards, then
     # tau2's evaluator scores it ("replay"; under real dynamics it is "world", the same check)
     reward = "replay" if dynamics == "rehearsed" else "world"
-    return CandidateEnv(gym.make(ENV_ID, split=split, dynamics=dynamics, reward=reward, max_turns=max_turns),
-                        world_model=world_model)
+    return CandidateEnv(
+        gym.make(ENV_ID, split=split, dynamics=dynamics, reward=reward, max_turns=max_turns), world_model=world_model
+    )
 
 
 def knn_from_gold(n_tasks: int) -> KNNAgent:
@@ -52,8 +53,11 @@ def knn_from_gold(n_tasks: int) -> KNNAgent:
         while not done:
             obs, _, terminated, truncated, _ = env.step(oracle.act(obs))
             done = terminated or truncated
-        memory += [{"name": c.name, "arguments": c.arguments, "response": c.content}
-                   for c in env.unwrapped.episode.calls if c.source == "real"]
+        memory += [
+            {"name": c.name, "arguments": c.arguments, "response": c.content}
+            for c in env.unwrapped.episode.calls
+            if c.source == "real"
+        ]
     return KNNAgent(memory=memory)
 
 
@@ -69,8 +73,12 @@ def score(env: CandidateEnv, policy, task_ids: list[str]) -> dict:
         rewards.append(reward)
         sources.add(info["reward_source"])
     r = np.array(rewards)
-    return {"mean": float(r.mean()), "sem": float(r.std(ddof=1) / np.sqrt(len(r))),
-            "episodes": len(r), "reward_source": sorted(sources)}
+    return {
+        "mean": float(r.mean()),
+        "sem": float(r.std(ddof=1) / np.sqrt(len(r))),
+        "episodes": len(r),
+        "reward_source": sorted(sources),
+    }
 
 
 def main() -> None:
@@ -86,15 +94,28 @@ def main() -> None:
     test_ids = [f"test_{i}" for i in range(args.episodes)]
     real = make("test", "real")
     rng = np.random.default_rng(args.seed)
-    results: dict = {"env": ENV_ID, "steps": args.steps,
-                     "random": {"real": score(real, lambda obs: int(rng.integers(32)), test_ids)}}
+    results: dict = {
+        "env": ENV_ID,
+        "steps": args.steps,
+        "random": {"real": score(real, lambda obs: int(rng.integers(32)), test_ids)},
+    }
     for name in args.world_models.split(","):
         world_model = knn_from_gold(args.knn_tasks) if name == "knn" else name
         train = make("train", "rehearsed", world_model)
         start = time.time()
-        model = PPO(CandidatePolicy, train, n_steps=512, batch_size=128, n_epochs=6, learning_rate=1e-3,
-                    ent_coef=0.01, gamma=0.98, seed=args.seed,
-                    policy_kwargs={"n_candidates": train.max_candidates}, verbose=0)
+        model = PPO(
+            CandidatePolicy,
+            train,
+            n_steps=512,
+            batch_size=128,
+            n_epochs=6,
+            learning_rate=1e-3,
+            ent_coef=0.01,
+            gamma=0.98,
+            seed=args.seed,
+            policy_kwargs={"n_candidates": train.max_candidates},
+            verbose=0,
+        )
         model.learn(args.steps)
         seconds = time.time() - start
 
@@ -102,22 +123,29 @@ def main() -> None:
             return int(model.predict(obs, deterministic=True)[0])
 
         rehearsed = make("test", "rehearsed", world_model)  # "oracle" binds one to this env
-        results[name] = {"train_seconds": round(seconds, 1),
-                         "rehearsed": score(rehearsed, greedy, test_ids),
-                         "real": score(real, greedy, test_ids)}
+        results[name] = {
+            "train_seconds": round(seconds, 1),
+            "rehearsed": score(rehearsed, greedy, test_ids),
+            "real": score(real, greedy, test_ids),
+        }
         results["random"].setdefault("rehearsed", {})[name] = score(
-            rehearsed, lambda obs: int(rng.integers(32)), test_ids)
+            rehearsed, lambda obs: int(rng.integers(32)), test_ids
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(f"{'policy':<22}{'rehearsed (replay)':>22}{'real (world)':>16}")
     for name in args.world_models.split(","):
         r = results[name]
-        print(f"{'PPO, ' + name + ' world':<22}{r['rehearsed']['mean']:>15.3f} ± {r['rehearsed']['sem']:.3f}"
-              f"{r['real']['mean']:>9.3f} ± {r['real']['sem']:.3f}   ({r['train_seconds']} s)")
+        print(
+            f"{'PPO, ' + name + ' world':<22}{r['rehearsed']['mean']:>15.3f} ± {r['rehearsed']['sem']:.3f}"
+            f"{r['real']['mean']:>9.3f} ± {r['real']['sem']:.3f}   ({r['train_seconds']} s)"
+        )
         rr = results["random"]["rehearsed"][name]
-        print(f"{'random, ' + name + ' world':<22}{rr['mean']:>15.3f} ± {rr['sem']:.3f}"
-              f"{results['random']['real']['mean']:>9.3f} ± {results['random']['real']['sem']:.3f}")
+        print(
+            f"{'random, ' + name + ' world':<22}{rr['mean']:>15.3f} ± {rr['sem']:.3f}"
+            f"{results['random']['real']['mean']:>9.3f} ± {results['random']['real']['sem']:.3f}"
+        )
     print(f"results in {out / 'results.json'}")
 
 

@@ -28,10 +28,10 @@ import torch
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.compare import compare_calls
+from envace_gym.rewards import actions_share_reward
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer, episode_tokens, gold_episodes, held_out_loss
 from envace_gym.training.checkpoint import latest
-from envace_gym.rewards import actions_share_reward
 
 ENV_ID = "EnvACE/tau2-retail-v0"
 EVAL_ENV = {"max_turns": 6, "user_kwargs": {"max_turns": 2}}  # the scripted user ends after 2 replies
@@ -53,13 +53,18 @@ def evaluate(agent, task_ids, sequences) -> dict:
         shares.append(actions_share_reward(real.unwrapped.episode)[0])
     oracle = agents.load("oracle", env=real)
     calls = list(compare_calls(real, oracle, agent, task_ids))
-    return {"act_reward": statistics.fmean(rewards), "gold_share": statistics.fmean(shares),
-            "valid_calls": valid / turns,
-            "parsed": statistics.fmean(c["parsed"] for c in calls),
-            "shape": statistics.fmean(c["shape"] for c in calls),
-            "leaf_match": statistics.fmean(c["leaf_match"] for c in calls),
-            **{f"loss_{role}": loss for role, loss in
-               held_out_loss(agent.model, sequences, agent.tokenizer.pad_token_id).items()}}
+    return {
+        "act_reward": statistics.fmean(rewards),
+        "gold_share": statistics.fmean(shares),
+        "valid_calls": valid / turns,
+        "parsed": statistics.fmean(c["parsed"] for c in calls),
+        "shape": statistics.fmean(c["shape"] for c in calls),
+        "leaf_match": statistics.fmean(c["leaf_match"] for c in calls),
+        **{
+            f"loss_{role}": loss
+            for role, loss in held_out_loss(agent.model, sequences, agent.tokenizer.pad_token_id).items()
+        },
+    }
 
 
 def run_seed(seed: int, args) -> dict:
@@ -67,20 +72,45 @@ def run_seed(seed: int, args) -> dict:
     torch.manual_seed(seed)
     init = tiny_model(out / "init", seed=seed)
     agent = agents.load(f"hf:{init}", max_new_tokens=args.new_tokens, seed=seed)
-    held_out = gym.make(ENV_ID, split="test").unwrapped.task_ids[:args.eval_tasks]
+    held_out = gym.make(ENV_ID, split="test").unwrapped.task_ids[: args.eval_tasks]
     held_out_gold = [episode_tokens(agent.tokenizer, r) for r in gold_episodes(ENV_ID, "test", args.eval_tasks)]
     row = {"seed": seed, "before": evaluate(agent, held_out, held_out_gold)}
-    SFT(SFTConfig(model=f"hf:{init}", env_id=ENV_ID, out=str(out / "warm"), split="train",
-                  max_episodes=args.warm_tasks, epochs=args.warm_epochs, batch=1, minibatch=1, lr=5e-3,
-                  save_every=0, seed=seed, tensorboard=False)).train()
+    SFT(
+        SFTConfig(
+            model=f"hf:{init}",
+            env_id=ENV_ID,
+            out=str(out / "warm"),
+            split="train",
+            max_episodes=args.warm_tasks,
+            epochs=args.warm_epochs,
+            batch=1,
+            minibatch=1,
+            lr=5e-3,
+            save_every=0,
+            seed=seed,
+            tensorboard=False,
+        )
+    ).train()
     warm = latest(out / "warm")
-    row["warm"] = evaluate(agents.load(f"hf:{warm}", max_new_tokens=args.new_tokens, seed=seed), held_out,
-                           held_out_gold)
-    config = TrainConfig(model=f"hf:{warm}", env_id=ENV_ID, out=str(out / "grpo"), reward="actions_share",
-                         group_size=4, tasks_per_step=1, steps=args.grpo_steps, lr=2e-4,
-                         max_new_tokens=args.new_tokens, max_turns=EVAL_ENV["max_turns"],
-                         env_kwargs={"user_kwargs": EVAL_ENV["user_kwargs"]}, eval_every=0,
-                         save_every=args.grpo_steps, seed=seed)
+    row["warm"] = evaluate(
+        agents.load(f"hf:{warm}", max_new_tokens=args.new_tokens, seed=seed), held_out, held_out_gold
+    )
+    config = TrainConfig(
+        model=f"hf:{warm}",
+        env_id=ENV_ID,
+        out=str(out / "grpo"),
+        reward="actions_share",
+        group_size=4,
+        tasks_per_step=1,
+        steps=args.grpo_steps,
+        lr=2e-4,
+        max_new_tokens=args.new_tokens,
+        max_turns=EVAL_ENV["max_turns"],
+        env_kwargs={"user_kwargs": EVAL_ENV["user_kwargs"]},
+        eval_every=0,
+        save_every=args.grpo_steps,
+        seed=seed,
+    )
     trainer = Trainer(config)
     row["grpo_rewards"] = [r["reward"] for r in trainer.train()]
     trainer.agent.sampling = {"max_new_tokens": args.new_tokens, "do_sample": False}

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import itertools
 
-from envace_gym.envs.bfcl import source
-from envace_gym.envs.bfcl.schemas import tool_name
-
 from bfcl_eval.constants.enums import Language  # noqa: E402
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker  # noqa: E402
 from bfcl_eval.model_handler.utils import default_decode_ast_prompting  # noqa: E402
+
+from envace_gym.envs.bfcl import source
+from envace_gym.envs.bfcl.schemas import tool_name
 
 _run = itertools.count()
 
@@ -30,8 +30,9 @@ def decoded_turns(episode) -> list[list[list[str]]]:
         if message["role"] == "user":
             turns.append([])
         elif message["role"] == "assistant" and message.get("tool_calls"):
-            turns[-1].append([call_text(c["function"]["name"], c["function"]["arguments"])
-                              for c in message["tool_calls"]])
+            turns[-1].append(
+                [call_text(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+            )
     return turns
 
 
@@ -65,6 +66,7 @@ def single_turn_verdict(category: str, episode) -> bool:
         return not has_call
     if "relevance" in category:
         return has_call
-    result = source.ast_checker()(entry["function"], decoded, source.answers(category)[episode.task.id],
-                                  Language.PYTHON, category, "reference")
+    result = source.ast_checker()(
+        entry["function"], decoded, source.answers(category)[episode.task.id], Language.PYTHON, category, "reference"
+    )
     return result["valid"]

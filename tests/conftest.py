@@ -57,8 +57,13 @@ class FakeChatServer(BaseHTTPRequestHandler):
         type(self).requests.append(body)
         reply = type(self).replies.pop(0) if type(self).replies else {"role": "assistant", "content": "ok"}
         if not isinstance(reply, Raw):
-            payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                       "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]}
+            payload = {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
+            }
             reply = Raw(json.dumps(payload).encode())
         time.sleep(reply.delay)
         self.send_response(reply.status)
@@ -66,7 +71,7 @@ class FakeChatServer(BaseHTTPRequestHandler):
         if reply.declare_length:
             self.send_header("Content-Length", str(len(reply.body)))
         self.end_headers()
-        chunks = [reply.body[i:i + 1] for i in range(len(reply.body))] if reply.pace else [reply.body]
+        chunks = [reply.body[i : i + 1] for i in range(len(reply.body))] if reply.pace else [reply.body]
         try:
             for chunk in chunks:
                 self.wfile.write(chunk)

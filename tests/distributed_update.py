@@ -1,6 +1,6 @@
 """Run by ``accelerate launch``: one ``Trainer.update`` on a saved global batch of rollouts.
 
-    distributed_update.py CONFIG.json ROLLOUTS.pkl OUT_DIR   (each process saves OUT_DIR/rank<i>.pt)
+distributed_update.py CONFIG.json ROLLOUTS.pkl OUT_DIR   (each process saves OUT_DIR/rank<i>.pt)
 """
 
 import json

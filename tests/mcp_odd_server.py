@@ -1,6 +1,6 @@
 """An MCP server (stdio) that misbehaves on purpose, for the error-message tests.
 
-    python tests/mcp_odd_server.py [DEPTH]    # DEPTH: nest the `deep` tool's schema that many objects deep
+python tests/mcp_odd_server.py [DEPTH]    # DEPTH: nest the `deep` tool's schema that many objects deep
 """
 
 import sys

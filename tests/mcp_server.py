@@ -10,17 +10,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 import uuid
 
-from pydantic import BaseModel, Field
-
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, Field
 
 
 class Amount(BaseModel):
@@ -65,19 +65,28 @@ class Bank:
             raise ToolError(f"insufficient funds in {request.source}")
         source["balance"] -= request.amount.value
         target["balance"] += request.amount.value
-        self.transfers.append({"id": len(self.transfers) + 1, "source": request.source, "target": request.target,
-                               "value": request.amount.value})
+        self.transfers.append(
+            {
+                "id": len(self.transfers) + 1,
+                "source": request.source,
+                "target": request.target,
+                "value": request.amount.value,
+            }
+        )
         return {"transfer_id": len(self.transfers), "status": "done"}
 
     def statement(self, account_id: str) -> str:
         """A plain-text statement (not JSON)."""
-        lines = [f"{t['id']}: {t['source']} -> {t['target']} {t['value']}" for t in self.transfers
-                 if account_id in (t["source"], t["target"])]
+        lines = [
+            f"{t['id']}: {t['source']} -> {t['target']} {t['value']}"
+            for t in self.transfers
+            if account_id in (t["source"], t["target"])
+        ]
         return f"Statement of {account_id}: " + ("; ".join(lines) or "no transfers")
 
     def summary(self) -> str:
         """Totals as JSON text."""
-        return '{"accounts": %d, "transfers": %d}' % (len(self.accounts), len(self.transfers))
+        return json.dumps({"accounts": len(self.accounts), "transfers": len(self.transfers)})
 
     def reference(self) -> str:
         """A fresh random reference: the one tool that is not deterministic."""
@@ -89,8 +98,13 @@ class Bank:
 
     def spawn_orphan(self) -> dict:
         """Start a sleeping grandchild in a session of its own (out of the guard's process group)."""
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return {"pid": child.pid}
 
     def wait(self, seconds: float) -> dict:
@@ -118,8 +132,20 @@ def make_server(bank: Bank | None = None) -> MCPServer:
     """The server, its tools acting on ``bank`` (a new one by default)."""
     bank = Bank() if bank is None else bank
     server = MCPServer("bank")
-    for name in ("list_accounts", "get_balance", "transfer", "statement", "summary", "reference",
-                 "server_pid", "spawn_orphan", "wait", "freeze", "boom", "crash"):
+    for name in (
+        "list_accounts",
+        "get_balance",
+        "transfer",
+        "statement",
+        "summary",
+        "reference",
+        "server_pid",
+        "spawn_orphan",
+        "wait",
+        "freeze",
+        "boom",
+        "crash",
+    ):
         server.tool(structured_output=False if name in TEXT_TOOLS else None)(getattr(bank, name))
     return server
 

@@ -1,6 +1,6 @@
 """An MCP server (stdio) whose first tools/list hangs, for the tools/list timeout test.
 
-    python tests/mcp_slow_list_server.py MARKER    # the first server to list its tools makes MARKER and hangs
+python tests/mcp_slow_list_server.py MARKER    # the first server to list its tools makes MARKER and hangs
 """
 
 import sys

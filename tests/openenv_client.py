@@ -1,6 +1,7 @@
 """Plays episodes with OpenEnv's own GenericEnvClient (run under .venv-openenv, which has `openenv`).
 
-stdin: {"url": URL, "episodes": [{"reset": {...}, "actions": [...]}, ...], "headers": {...} (optional)}; stdout: per episode, the
+stdin: {"url": URL, "episodes": [{"reset": {...}, "actions": [...]}, ...], "headers": {...} (optional)};
+stdout: per episode, the
 reset's and each step's (observation, reward, done) as OpenEnv's client parsed them, or the error text.
 """
 

@@ -46,6 +46,14 @@ resumed.resume()
 resumed.update(rollouts)
 second = resumed._full_weights()
 if resumed.accelerator.is_main_process:
-    torch.save({"world": resumed.world, "sharded": [trainer.sharded, resumed.sharded], "first": first,
-                "second": second, "pushed": [served.pushed, in_process.pushed]}, sys.argv[3])
+    torch.save(
+        {
+            "world": resumed.world,
+            "sharded": [trainer.sharded, resumed.sharded],
+            "first": first,
+            "second": second,
+            "pushed": [served.pushed, in_process.pushed],
+        },
+        sys.argv[3],
+    )
 Trainer(replace(config, out=sys.argv[4], steps=2, eval_every=2, eval_tasks=1)).train()

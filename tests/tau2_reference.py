@@ -24,15 +24,23 @@ def tau2_messages(episode) -> list:
     out = []
     for i, m in enumerate(episode.messages):
         for c in user_calls.get(i, []):
-            out.append(UserMessage(role="user", tool_calls=[
-                ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor="user")]))
+            out.append(
+                UserMessage(
+                    role="user", tool_calls=[ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor="user")]
+                )
+            )
             out.append(ToolMessage(id=c.id, role="tool", content=c.native, requestor="user"))
         if m["role"] == "assistant":
             calls = [by_id[t["id"]] for t in m.get("tool_calls", []) if by_id[t["id"]].ran]
             if not calls and not m.get("content"):
                 continue
-            out.append(AssistantMessage(role="assistant", content=m.get("content") or None, tool_calls=[
-                ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls] or None))
+            out.append(
+                AssistantMessage(
+                    role="assistant",
+                    content=m.get("content") or None,
+                    tool_calls=[ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls] or None,
+                )
+            )
             for c in calls:
                 out.append(ToolMessage(id=c.id, role="tool", content=c.native, requestor="assistant"))
         elif m["role"] == "user":
@@ -42,10 +50,25 @@ def tau2_messages(episode) -> list:
 
 def tau2_reward(episode) -> float:
     """tau2's ``evaluate_simulation`` (type ALL) on the episode."""
-    reason = {"user_stop": TerminationReason.USER_STOP, "transfer": TerminationReason.AGENT_STOP,
-              "max_turns": TerminationReason.MAX_STEPS}.get(episode.ended_by, TerminationReason.AGENT_ERROR)
-    run = SimulationRun(id="x", task_id=episode.task.id, start_time="", end_time="", duration=0.0,
-                        termination_reason=reason, messages=tau2_messages(episode))
-    result = evaluate_simulation(simulation=run, task=episode.task.data, evaluation_type=EvaluationType.ALL,
-                                 solo_mode=False, domain=episode.suite.domain)
+    reason = {
+        "user_stop": TerminationReason.USER_STOP,
+        "transfer": TerminationReason.AGENT_STOP,
+        "max_turns": TerminationReason.MAX_STEPS,
+    }.get(episode.ended_by, TerminationReason.AGENT_ERROR)
+    run = SimulationRun(
+        id="x",
+        task_id=episode.task.id,
+        start_time="",
+        end_time="",
+        duration=0.0,
+        termination_reason=reason,
+        messages=tau2_messages(episode),
+    )
+    result = evaluate_simulation(
+        simulation=run,
+        task=episode.task.data,
+        evaluation_type=EvaluationType.ALL,
+        solo_mode=False,
+        domain=episode.suite.domain,
+    )
     return result.reward

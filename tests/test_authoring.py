@@ -16,8 +16,14 @@ from envace_gym.rewards import REWARDS
 from envace_gym.runner import run_episode
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "my_suite.py"
-ADD = {"type": "function", "function": {"name": "add", "description": "Add to the counter.", "parameters": {
-    "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add to the counter.",
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    },
+}
 BOOM = {"type": "function", "function": {"name": "boom", "description": "Fails.", "parameters": {"type": "object"}}}
 
 
@@ -37,9 +43,14 @@ class CounterSuite(Suite):
     """Only what a suite really has: tasks, tools, a world."""
 
     name = "counter"
-    tasks = [Task("two", user="Add 1, then 2.", gold=[{"name": "add", "arguments": {"n": 1}},
-                                                      {"name": "add", "arguments": {"n": 2}}]),
-             Task("chat", user=["Hi.", "And one more thing.", "Bye."])]
+    tasks = [
+        Task(
+            "two",
+            user="Add 1, then 2.",
+            gold=[{"name": "add", "arguments": {"n": 1}}, {"name": "add", "arguments": {"n": 2}}],
+        ),
+        Task("chat", user=["Hi.", "And one more thing.", "Bye."]),
+    ]
 
     def tools(self, task):
         return ToolSet([ADD, BOOM], closed=True)
@@ -52,7 +63,7 @@ envace_gym.register_suite("Test/counter-v0", CounterSuite())
 
 
 def call(name, **arguments):
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 @pytest.mark.parametrize("dynamics", envace_gym.DYNAMICS)
@@ -146,4 +157,5 @@ def test_a_suite_module_by_name_from_the_working_directory(tmp_path, monkeypatch
     assert [json.loads(line)["reward"] for line in Path("run.jsonl").read_text().splitlines()] == [1.0, 1.0]
     result = CliRunner().invoke(app, ["run", "--env", "no_such_suite:X-v0"])
     assert result.exit_code == 2 and result.output.strip().splitlines() == [
-        "error: cannot import 'no_such_suite': ModuleNotFoundError: No module named 'no_such_suite'"]
+        "error: cannot import 'no_such_suite': ModuleNotFoundError: No module named 'no_such_suite'"
+    ]

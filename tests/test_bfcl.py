@@ -86,17 +86,54 @@ def perturbations(task, tools, rng):
     return out
 
 
-STATE_CHANGING = {"mkdir", "touch", "echo", "mv", "cp", "rm", "rmdir", "cd", "post_tweet", "retweet",
-                  "comment", "mention", "follow_user", "unfollow_user", "send_message", "delete_message",
-                  "add_contact", "create_ticket", "close_ticket", "resolve_ticket", "edit_ticket",
-                  "place_order", "cancel_order", "fund_account", "withdraw_funds", "add_to_watchlist",
-                  "remove_stock_from_watchlist", "book_flight", "cancel_booking", "set_budget_limit",
-                  "register_credit_card", "purchase_insurance", "startEngine", "fillFuelTank",
-                  "lockDoors", "adjustClimateControl", "setCruiseControl", "activateParkingBrake",
-                  "pressBrakePedal", "releaseBrakePedal", "setHeadlights", "set_navigation"}
+STATE_CHANGING = {
+    "mkdir",
+    "touch",
+    "echo",
+    "mv",
+    "cp",
+    "rm",
+    "rmdir",
+    "cd",
+    "post_tweet",
+    "retweet",
+    "comment",
+    "mention",
+    "follow_user",
+    "unfollow_user",
+    "send_message",
+    "delete_message",
+    "add_contact",
+    "create_ticket",
+    "close_ticket",
+    "resolve_ticket",
+    "edit_ticket",
+    "place_order",
+    "cancel_order",
+    "fund_account",
+    "withdraw_funds",
+    "add_to_watchlist",
+    "remove_stock_from_watchlist",
+    "book_flight",
+    "cancel_booking",
+    "set_budget_limit",
+    "register_credit_card",
+    "purchase_insurance",
+    "startEngine",
+    "fillFuelTank",
+    "lockDoors",
+    "adjustClimateControl",
+    "setCruiseControl",
+    "activateParkingBrake",
+    "pressBrakePedal",
+    "releaseBrakePedal",
+    "setHeadlights",
+    "set_navigation",
+}
 
 
 @pytest.mark.parametrize("category", multi_turn.CATEGORIES)
+@pytest.mark.slow
 def test_oracle_passes_every_multi_turn_entry(category):
     env = gym.make(env_id(category))
     oracle = agents.load("oracle", env=env)
@@ -124,13 +161,15 @@ def test_perturbed_trajectories_agree_with_bfcl_checker(category):
             tried += 1
             failed += reward == 0.0
             if reward != float(reference["valid"]) or (
-                    reward == 0.0 and info["reward_info"].get("error_type") != reference.get("error_type")):
+                reward == 0.0 and info["reward_info"].get("error_type") != reference.get("error_type")
+            ):
                 disagreements.append((task_id, kind, info["reward_info"], reference.get("error_type")))
     assert tried >= 600 and not disagreements, disagreements[:5]
     assert failed > tried / 2  # the perturbations do break most trajectories
 
 
 @pytest.mark.parametrize("category", single_turn.CATEGORIES)
+@pytest.mark.slow
 def test_single_turn_oracle_at_bfcl_rate(category):
     """The oracle's reward on every entry is bfcl-eval's verdict on the same answer, and so is
     a perturbed answer's (one argument changed)."""
@@ -157,9 +196,27 @@ def test_single_turn_oracle_at_bfcl_rate(category):
     assert passed >= 0.99 * len(env.unwrapped.task_ids)
 
 
-HOSTILE = ["__import__", "__init__", "__class__", "__dict__", "_load_scenario", "os.system",
-           "GorillaFileSystem.rm", "eval", "exec", "kill", "exit", "quit", "remove", "unlink", "popen",
-           "Popen", "run", "send_message", "get_stock_info"]
+HOSTILE = [
+    "__import__",
+    "__init__",
+    "__class__",
+    "__dict__",
+    "_load_scenario",
+    "os.system",
+    "GorillaFileSystem.rm",
+    "eval",
+    "exec",
+    "kill",
+    "exit",
+    "quit",
+    "remove",
+    "unlink",
+    "popen",
+    "Popen",
+    "run",
+    "send_message",
+    "get_stock_info",
+]
 
 
 def test_hostile_tool_names_are_unknown_and_run_nothing():
@@ -194,7 +251,7 @@ def test_step_limit_truncates_like_bfcl():
     env = gym.make(env_id("multi_turn_base"))
     env.reset(options={"task_id": "multi_turn_base_0"})
     call = format_tool_call("pwd", {})
-    for step in range(multi_turn.MAX_STEPS_PER_TURN + 1):
+    for _ in range(multi_turn.MAX_STEPS_PER_TURN + 1):
         _, reward, terminated, truncated, info = env.step(call)
     assert truncated and not terminated and info["ended_by"] == "max_steps" and reward == 0.0
 

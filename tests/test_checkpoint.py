@@ -11,9 +11,20 @@ from envace_gym.training.checkpoint import MANIFEST
 
 
 def _config(tiny, out, steps=1, **kw):
-    return TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-retail-v0", out=str(out), group_size=2,
-                       tasks_per_step=1, steps=steps, lr=1e-3, max_new_tokens=8, max_turns=2, eval_every=0,
-                       seed=0, **kw)
+    return TrainConfig(
+        model=f"hf:{tiny}",
+        env_id="EnvACE/tau2-retail-v0",
+        out=str(out),
+        group_size=2,
+        tasks_per_step=1,
+        steps=steps,
+        lr=1e-3,
+        max_new_tokens=8,
+        max_turns=2,
+        eval_every=0,
+        seed=0,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +110,9 @@ def test_a_whole_checkpoint_resumes(trained, tiny, tmp_path):
     resumed = Trainer(_config(tiny, tmp_path))
     resumed.resume()
     assert resumed.step == 1
-    assert all(torch.equal(a, b) for a, b in zip(saved.model.state_dict().values(),
-                                                 resumed.model.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(saved.model.state_dict().values(), resumed.model.state_dict().values())
+    )
 
 
 def test_resume_drops_a_metrics_line_cut_short_and_those_after_the_checkpoint(trained, tmp_path):
@@ -126,8 +138,10 @@ def test_save_every_0_checkpoints_only_at_the_end(tiny, tmp_path):
     assert [p.name for p in tmp_path.glob("step-*")] == ["step-2"]
 
 
-@pytest.mark.parametrize("field, value", [("save_every", -1), ("eval_every", -1), ("steps", 0),
-                                          ("group_size", 0), ("tasks_per_step", 0), ("minibatch", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("save_every", -1), ("eval_every", -1), ("steps", 0), ("group_size", 0), ("tasks_per_step", 0), ("minibatch", 0)],
+)
 def test_train_config_refuses_counts_out_of_range(field, value):
     with pytest.raises(ValueError, match=field):
         TrainConfig(model="hf:x", env_id="EnvACE/tau2-retail-v0", out="out", **{field: value})

@@ -14,24 +14,49 @@ runner = CliRunner()
 
 def test_run_writes_records_and_a_summary(tmp_path):
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-airline-v0", "--agent", "oracle", "--dynamics",
-                                 "rehearsed", "--task-ids", "0,1", "--task-ids", "2", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-airline-v0",
+            "--agent",
+            "oracle",
+            "--dynamics",
+            "rehearsed",
+            "--task-ids",
+            "0,1",
+            "--task-ids",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     frame = pd.read_json(out, lines=True)
     assert list(frame.task_id.astype(str)) == ["0", "1", "2"]
-    assert {"task_id", "reward", "reward_source", "reward_info", "dynamics", "agent", "turns",
-            "tool_calls", "seconds"} <= set(frame.columns)
+    assert {
+        "task_id",
+        "reward",
+        "reward_source",
+        "reward_info",
+        "dynamics",
+        "agent",
+        "turns",
+        "tool_calls",
+        "seconds",
+    } <= set(frame.columns)
     assert (frame.reward == 1.0).all() and (frame.reward_source == "replay").all()  # comparable with real's world
     assert "mean reward 1.000" in result.output
 
 
 def test_task_id_ranges_follow_the_splits_order(tmp_path):
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--split", "test", "--task-ids", "5..17,20",
-                                 "--out", str(out)])
+    result = runner.invoke(
+        app, ["run", "EnvACE/tau2-retail-v0", "--split", "test", "--task-ids", "5..17,20", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     order = gym.make("EnvACE/tau2-retail-v0", split="test").unwrapped.task_ids
-    expected = order[order.index("5"):order.index("17") + 1] + ["20"]
+    expected = order[order.index("5") : order.index("17") + 1] + ["20"]
     assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == expected
     result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--split", "test", "--task-ids", "17..5"])
     assert result.exit_code == 2 and "comes after" in result.output
@@ -48,16 +73,40 @@ def test_run_reports_bad_arguments_clearly():
 
 def test_train_on_a_suite_without_splits(tiny, tmp_path):
     out = tmp_path / "bfcl"
-    result = runner.invoke(app, ["train", "--model", f"hf:{tiny}", "--env", "EnvACE/bfcl-simple-python-v0",
-                                 "--dynamics", "real", "--split", "all", "--eval-split", "all", "--steps", "1",
-                                 "--group-size", "2", "--tasks-per-step", "1", "--max-new-tokens", "8",
-                                 "--eval-every", "1", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            "EnvACE/bfcl-simple-python-v0",
+            "--dynamics",
+            "real",
+            "--split",
+            "all",
+            "--eval-split",
+            "all",
+            "--steps",
+            "1",
+            "--group-size",
+            "2",
+            "--tasks-per-step",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--eval-every",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert record["rows"] == 2 and "eval/reward" in record and (out / "step-1" / "manifest.json").exists()
 
 
-AGENT_FILE = '''
+AGENT_FILE = """
 from envace_gym.agents import Agent
 
 
@@ -68,7 +117,7 @@ class Echo(Agent):
 
     def act(self, obs):
         return self.text
-'''
+"""
 
 
 def _records(path):
@@ -85,20 +134,48 @@ def _one_line_error(args, *parts):
 def test_run_loads_a_users_agent_class_with_agent_kwargs(tmp_path, monkeypatch):
     (tmp_path / "echo_agents.py").write_text(AGENT_FILE)
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", f"{tmp_path / 'echo_agents.py'}:Echo",
-                                 "--agent-kwargs", "text=Bye ###STOP###", "--agent-kwargs", "times=3",
-                                 "--task-ids", "create_task_1", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--agent",
+            f"{tmp_path / 'echo_agents.py'}:Echo",
+            "--agent-kwargs",
+            "text=Bye ###STOP###",
+            "--agent-kwargs",
+            "times=3",
+            "--task-ids",
+            "create_task_1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     (record,) = _records(out)
     assert record["agent"] == "echo:Bye ###STOP###:3" and record["ended_by"] == "user_stop"
     monkeypatch.chdir(tmp_path)  # MODULE:CLASS from the working directory
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", "echo_agents:Echo", "--task-ids",
-                                 "create_task_1", "--max-turns", "1", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--agent",
+            "echo_agents:Echo",
+            "--task-ids",
+            "create_task_1",
+            "--max-turns",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0 and _records(out)[0]["agent"] == "echo:Done.:1"
-    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "no_such_agents:Echo"],
-                    "cannot import 'no_such_agents'")
-    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "echo_agents:Nope"],
-                    "'echo_agents:Nope' names no envace_gym.agents.Agent subclass")
+    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "no_such_agents:Echo"], "cannot import 'no_such_agents'")
+    _one_line_error(
+        ["run", "EnvACE/tau2-mock-v0", "--agent", "echo_agents:Nope"],
+        "'echo_agents:Nope' names no envace_gym.agents.Agent subclass",
+    )
 
 
 def test_run_simulated_with_a_simulator_and_mixed_with_p_real(tmp_path):
@@ -116,11 +193,24 @@ def test_run_with_an_llm_user(server, tmp_path):
     from conftest import FakeChatServer
 
     url, _ = server
-    FakeChatServer.replies = [{"role": "assistant", "content": "Please create a task for me."},
-                              {"role": "assistant", "content": "Thanks! ###STOP###"}]
+    FakeChatServer.replies = [
+        {"role": "assistant", "content": "Please create a task for me."},
+        {"role": "assistant", "content": "Thanks! ###STOP###"},
+    ]
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--user", f"llm:user-model@{url}?max_retries=0",
-                                 "--task-ids", "create_task_1", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--user",
+            f"llm:user-model@{url}?max_retries=0",
+            "--task-ids",
+            "create_task_1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     (record,) = _records(out)
     assert record["messages"][2] == {"role": "user", "content": "Please create a task for me."}
@@ -132,11 +222,25 @@ def test_repeats_and_batches_give_the_same_records(tmp_path):
     runs = {}
     for batch in ("1", "4"):
         out = tmp_path / f"batch{batch}.jsonl"
-        result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--dynamics", "rehearsed", "--repeats", "2",
-                                     "--batch", batch, "--out", str(out)])
+        result = runner.invoke(
+            app,
+            [
+                "run",
+                "EnvACE/tau2-mock-v0",
+                "--dynamics",
+                "rehearsed",
+                "--repeats",
+                "2",
+                "--batch",
+                batch,
+                "--out",
+                str(out),
+            ],
+        )
         assert result.exit_code == 0, result.output
-        runs[batch] = sorted(({k: v for k, v in r.items() if k != "seconds"} for r in _records(out)),
-                             key=lambda r: r["seed"])
+        runs[batch] = sorted(
+            ({k: v for k, v in r.items() if k != "seconds"} for r in _records(out)), key=lambda r: r["seed"]
+        )
     assert runs["1"] == runs["4"] and [r["seed"] for r in runs["1"]] == list(range(18))
     ids = [r["task_id"] for r in runs["1"]]
     assert ids[0::2] == ids[1::2]  # each task twice in a row
@@ -159,10 +263,21 @@ def test_batch_one_is_record_for_record_the_sequential_run_and_batches_use_act_b
             obs, reward, terminated, truncated, info = env.step(oracle.act(obs))
             calls += len(info["tool_calls"])
             done = terminated or truncated
-        expected.append((task_id, reward, info["reward_info"], info["turn"], calls, info["ended_by"],
-                         env.unwrapped.episode.messages))
-    got = [(r["task_id"], r["reward"], r["reward_info"], r["turns"], r["tool_calls"], r["ended_by"], r["messages"])
-           for r in run_episodes(env, oracle, ids)]
+        expected.append(
+            (
+                task_id,
+                reward,
+                info["reward_info"],
+                info["turn"],
+                calls,
+                info["ended_by"],
+                env.unwrapped.episode.messages,
+            )
+        )
+    got = [
+        (r["task_id"], r["reward"], r["reward_info"], r["turns"], r["tool_calls"], r["ended_by"], r["messages"])
+        for r in run_episodes(env, oracle, ids)
+    ]
     assert got == expected
 
     class Batched(agents.Agent):
@@ -188,8 +303,13 @@ def test_list_shows_full_ids_task_counts_and_splits():
     assert "test 40*" in result.output
     result = runner.invoke(app, ["list", "tau2-mock", "--json"])
     rows = {r["id"]: r for r in json.loads(result.output)}
-    assert rows["EnvACE/tau2-mock-v0"] == {"id": "EnvACE/tau2-mock-v0", "suite": "mock", "tasks": 9,
-                                           "default_split": "base", "splits": {"base": 9}}
+    assert rows["EnvACE/tau2-mock-v0"] == {
+        "id": "EnvACE/tau2-mock-v0",
+        "suite": "mock",
+        "tasks": 9,
+        "default_split": "base",
+        "splits": {"base": 9},
+    }
     assert rows["EnvACE/tau2-mock-gen-v0"]["splits"] == {"test": 200, "train": 5000}
 
 
@@ -200,8 +320,11 @@ def _missing_checkout():
 def test_list_names_a_suite_that_cannot_load_and_lists_the_rest(monkeypatch):
     """As VitaBench's ids do without VITABENCH_ROOT."""
     monkeypatch.setitem(envace_gym.ENV_IDS, "EnvACE/tau2-retail-missing-v0", (f"{__name__}:_missing_checkout", {}))
-    monkeypatch.setitem(gym.registry, "EnvACE/tau2-retail-missing-v0", gym.envs.registration.EnvSpec(
-        "EnvACE/tau2-retail-missing-v0", entry_point=_missing_checkout))
+    monkeypatch.setitem(
+        gym.registry,
+        "EnvACE/tau2-retail-missing-v0",
+        gym.envs.registration.EnvSpec("EnvACE/tau2-retail-missing-v0", entry_point=_missing_checkout),
+    )
     result = runner.invoke(app, ["list", "tau2-retail", "--json"])
     assert result.exit_code == 0
     rows = {r["id"]: r for r in json.loads(result.output)}
@@ -211,12 +334,28 @@ def test_list_names_a_suite_that_cannot_load_and_lists_the_rest(monkeypatch):
 
 def test_records_carry_env_split_seed_and_shadow_fidelity_and_the_summary_a_standard_error(tmp_path):
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--dynamics", "shadow", "--agent", "random",
-                                 "--max-turns", "3", "--seed", "5", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--dynamics",
+            "shadow",
+            "--agent",
+            "random",
+            "--max-turns",
+            "3",
+            "--seed",
+            "5",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     records = _records(out)
-    assert all(r["env_id"] == "EnvACE/tau2-mock-v0" and r["split"] == "base" and isinstance(r["task_id"], str)
-               for r in records)
+    assert all(
+        r["env_id"] == "EnvACE/tau2-mock-v0" and r["split"] == "base" and isinstance(r["task_id"], str) for r in records
+    )
     assert [r["seed"] for r in records] == list(range(5, 14))
     shadowed = [r["fidelity"] for r in records if r["fidelity"]]
     assert shadowed and set(shadowed[0]) == {"calls", "parsed", "shape", "leaf_match", "error_agree", "exact"}
@@ -238,8 +377,11 @@ def test_compare_plot_is_readable_for_80_tools():
 
 
 def test_train_names_the_splits_of_a_suite_without_the_default_one():
-    _one_line_error(["train", "--model", "hf:/no/model", "--env", "EnvACE/tau2-mock-v0"],
-                    "EnvACE/tau2-mock-v0 has no split 'train'", "its splits: base")
+    _one_line_error(
+        ["train", "--model", "hf:/no/model", "--env", "EnvACE/tau2-mock-v0"],
+        "EnvACE/tau2-mock-v0 has no split 'train'",
+        "its splits: base",
+    )
 
 
 def test_knn_refuses_to_act():
@@ -248,8 +390,10 @@ def test_knn_refuses_to_act():
 
 def test_user_errors_are_one_line(tiny):
     _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "hf:/no/such/model"], "no model at '/no/such/model'")
-    _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", f"vllm:{tiny}@http://127.0.0.1:9/v1"],
-                    "cannot reach the model server at http://127.0.0.1:9/v1")
+    _one_line_error(
+        ["run", "EnvACE/tau2-mock-v0", "--agent", f"vllm:{tiny}@http://127.0.0.1:9/v1"],
+        "cannot reach the model server at http://127.0.0.1:9/v1",
+    )
     _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent-kwargs", "max_new_tokens"], "expected KEY=VALUE")
     _one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent-kwargs", "max_new_tokens=8"], "max_new_tokens")
     _one_line_error(["run", "--env", "no/such/suite.py:X-v0"], "cannot import 'no/such/suite.py'")
@@ -262,9 +406,21 @@ def test_a_dead_server_mid_run_keeps_the_records_and_names_the_task(server, tmp_
     url, _ = server
     FakeChatServer.replies = [{"role": "assistant", "content": "Done. ###STOP###"}, Raw(b"down", status=500)]
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", f"openai:m@{url}?max_retries=0",
-                                 "--task-ids", "create_task_1,update_task_1,impossible_task_1", "--max-turns", "1",
-                                 "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--agent",
+            f"openai:m@{url}?max_retries=0",
+            "--task-ids",
+            "create_task_1,update_task_1,impossible_task_1",
+            "--max-turns",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1
     assert [r["ended_by"] for r in _records(out)] == ["user_stop", "agent_error", "max_turns"]
     (line,) = [x for x in result.output.splitlines() if x.startswith("task ") and "failed" in x]
@@ -281,10 +437,22 @@ def test_an_agent_that_raises_ends_its_episode_and_the_run_goes_on(tmp_path):
         "        type(self).calls += 1\n"
         "        if type(self).calls == 2:\n"
         "            raise RuntimeError('my agent broke')\n"
-        "        return 'Done. ###STOP###'\n")
+        "        return 'Done. ###STOP###'\n"
+    )
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", f"{tmp_path / 'flaky_agent.py'}:Flaky",
-                                 "--task-ids", "create_task_1,update_task_1,impossible_task_1", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--agent",
+            f"{tmp_path / 'flaky_agent.py'}:Flaky",
+            "--task-ids",
+            "create_task_1,update_task_1,impossible_task_1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1, result.output
     records = _records(out)
     assert [r["ended_by"] for r in records] == ["user_stop", "agent_error", "user_stop"]
@@ -294,9 +462,21 @@ def test_an_agent_that_raises_ends_its_episode_and_the_run_goes_on(tmp_path):
 
 def test_a_reward_that_fails_is_counted_and_exits_non_zero(tmp_path):
     out = tmp_path / "run.jsonl"
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--agent", "oracle", "--task-ids",
-                                 "create_task_1,update_task_1", "--reward",
-                                 "judge:m@http://127.0.0.1:9/v1?max_retries=0&timeout=2", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--agent",
+            "oracle",
+            "--task-ids",
+            "create_task_1,update_task_1",
+            "--reward",
+            "judge:m@http://127.0.0.1:9/v1?max_retries=0&timeout=2",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert all(r["error"] for r in _records(out))
     assert "2 of 2 episodes failed" in " ".join(result.output.split())
@@ -304,8 +484,11 @@ def test_a_reward_that_fails_is_counted_and_exits_non_zero(tmp_path):
 
 def test_vitabench_without_a_judge_is_refused_before_it_starts(monkeypatch, tmp_path):
     monkeypatch.delenv("VITABENCH_JUDGE", raising=False)
-    _one_line_error(["run", "EnvACE/vitabench-delivery-v0", "--agent", "random", "--out", str(tmp_path / "r.jsonl")],
-                    "VITABENCH_JUDGE", "--reward")
+    _one_line_error(
+        ["run", "EnvACE/vitabench-delivery-v0", "--agent", "random", "--out", str(tmp_path / "r.jsonl")],
+        "VITABENCH_JUDGE",
+        "--reward",
+    )
 
 
 def test_an_mcp_server_registered_in_a_file_runs_from_the_command_line(tmp_path):
@@ -329,8 +512,21 @@ def test_real_and_rehearsed_runs_score_the_same_calls_alike_and_a_suite_that_can
     means = {}
     for dynamics in ("real", "rehearsed"):
         out = tmp_path / f"{dynamics}.jsonl"
-        result = runner.invoke(app, ["run", "EnvACE/tau2-retail-v0", "--agent", "noisy-oracle", "--dynamics",
-                                     dynamics, "--limit", "10", "--out", str(out)])
+        result = runner.invoke(
+            app,
+            [
+                "run",
+                "EnvACE/tau2-retail-v0",
+                "--agent",
+                "noisy-oracle",
+                "--dynamics",
+                dynamics,
+                "--limit",
+                "10",
+                "--out",
+                str(out),
+            ],
+        )
         assert result.exit_code == 0, result.output
         frame = pd.read_json(out, lines=True)
         means[dynamics] = (list(frame.reward), set(frame.reward_source))

@@ -58,12 +58,36 @@ def test_options_that_are_not_their_fields_become_the_fields_values(monkeypatch)
 
     monkeypatch.setattr(envace_gym.training.trainer, "Trainer", capture)
     with pytest.raises(Captured):
-        runner.invoke(app, ["train", "--model", "hf:x", "--env", MOCK, "--split",
-                            "base", "--eval-split", "all", "--roles", "act", "--env-kwargs", "user=scripted",
-                            "--env-kwargs", "max_retries=2"], catch_exceptions=False)
+        runner.invoke(
+            app,
+            [
+                "train",
+                "--model",
+                "hf:x",
+                "--env",
+                MOCK,
+                "--split",
+                "base",
+                "--eval-split",
+                "all",
+                "--roles",
+                "act",
+                "--env-kwargs",
+                "user=scripted",
+                "--env-kwargs",
+                "max_retries=2",
+            ],
+            catch_exceptions=False,
+        )
     (config,) = made
-    given = {"model": "hf:x", "env_id": MOCK, "split": "base", "eval_split": None, "roles": ["act"],
-             "env_kwargs": {"user": "scripted", "max_retries": 2}}
+    given = {
+        "model": "hf:x",
+        "env_id": MOCK,
+        "split": "base",
+        "eval_split": None,
+        "roles": ["act"],
+        "env_kwargs": {"user": "scripted", "max_retries": 2},
+    }
     assert config == TrainConfig(**given)  # every other field at its default
 
 
@@ -116,25 +140,99 @@ def test_a_long_run_prints_a_summary_by_how_episodes_ended(tmp_path):
 
 
 def test_sft_prints_its_held_out_loss_and_train_its_eval_reward(tiny, tmp_path):
-    result = runner.invoke(app, ["sft", "--model", f"hf:{tiny}", "--env", MOCK, "--split", "base", "--eval-split",
-                                 "base", "--steps", "2", "--max-episodes", "2", "--eval-every", "2", "--eval-tasks",
-                                 "1", "--no-tensorboard", "--out", str(tmp_path / "sft")])
+    result = runner.invoke(
+        app,
+        [
+            "sft",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            MOCK,
+            "--split",
+            "base",
+            "--eval-split",
+            "base",
+            "--steps",
+            "2",
+            "--max-episodes",
+            "2",
+            "--eval-every",
+            "2",
+            "--eval-tasks",
+            "1",
+            "--no-tensorboard",
+            "--out",
+            str(tmp_path / "sft"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     steps = [line for line in result.output.splitlines() if line.startswith("step ")]
     assert "held-out" not in steps[0] and "held-out loss act" in steps[1]
-    result = runner.invoke(app, ["train", "--model", f"hf:{tiny}", "--env", MOCK, "--split", "base", "--eval-split",
-                                 "base", "--steps", "1", "--group-size", "2", "--tasks-per-step", "1",
-                                 "--max-new-tokens", "8", "--max-turns", "2", "--eval-every", "1", "--eval-tasks", "1",
-                                 "--no-tensorboard", "--out", str(tmp_path / "train")])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            MOCK,
+            "--split",
+            "base",
+            "--eval-split",
+            "base",
+            "--steps",
+            "1",
+            "--group-size",
+            "2",
+            "--tasks-per-step",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--max-turns",
+            "2",
+            "--eval-every",
+            "1",
+            "--eval-tasks",
+            "1",
+            "--no-tensorboard",
+            "--out",
+            str(tmp_path / "train"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "step 1: reward" in result.output and "eval reward" in result.output
 
 
 def test_the_command_train_prints_plays_its_checkpoint_as_trained_and_shows_its_turns(tiny, tmp_path):
-    result = runner.invoke(app, ["train", "--model", f"hf:{tiny}", "--env", MOCK, "--split", "base", "--eval-split",
-                                 "base", "--steps", "1", "--group-size", "2", "--tasks-per-step", "1",
-                                 "--max-new-tokens", "8", "--max-turns", "2", "--eval-every", "0",
-                                 "--no-tensorboard", "--out", str(tmp_path / "train")])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            MOCK,
+            "--split",
+            "base",
+            "--eval-split",
+            "base",
+            "--steps",
+            "1",
+            "--group-size",
+            "2",
+            "--tasks-per-step",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--max-turns",
+            "2",
+            "--eval-every",
+            "0",
+            "--no-tensorboard",
+            "--out",
+            str(tmp_path / "train"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     printed = next(line for line in result.output.splitlines() if line.startswith("play it: "))
     command = printed.removeprefix("play it: envace-gym ").split()

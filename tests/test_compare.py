@@ -36,8 +36,7 @@ def test_knn_is_between_nothing_and_perfect():
 
 def test_fidelity_measures():
     real = json.dumps({"a": 1, "b": {"c": [1, 2]}})
-    assert fidelity(real, real) == {"parsed": True, "shape": 1.0, "leaf_match": 1.0,
-                                    "error_agree": True, "exact": True}
+    assert fidelity(real, real) == {"parsed": True, "shape": 1.0, "leaf_match": 1.0, "error_agree": True, "exact": True}
     partial = fidelity(real, json.dumps({"a": 1, "b": {"c": [1, 3]}, "d": 0}))
     assert partial["shape"] == 3 / 4 and partial["leaf_match"] == 2 / 3 and not partial["exact"]
     broken = fidelity(real, json.dumps({"error": {"code": "malformed_response", "message": "x"}}))
@@ -46,8 +45,21 @@ def test_fidelity_measures():
 
 def test_compare_cli_writes_records_summary_and_plot(tmp_path):
     out = tmp_path / "cmp.jsonl"
-    result = CliRunner().invoke(app, ["compare", "EnvACE/tau2-retail-v0", "--agent", "knn",
-                                      "--split", "base", "--task-ids", ",".join(TASKS), "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            "EnvACE/tau2-retail-v0",
+            "--agent",
+            "knn",
+            "--split",
+            "base",
+            "--task-ids",
+            ",".join(TASKS),
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     frame = pd.read_json(out, lines=True)
     assert {"task_id", "tool", "arguments", "real", "rehearsed", *METRICS} <= set(frame.columns)

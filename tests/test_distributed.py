@@ -16,14 +16,40 @@ from envace_gym.training import TrainConfig, Trainer, collect
 
 HERE = Path(__file__).parent
 ACCELERATE = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
-LAUNCH = [ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-          "--mixed_precision", "no", "--dynamo_backend", "no"]
+LAUNCH = [
+    ACCELERATE,
+    "launch",
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+]
 
 
 def _config(tiny, out, **kw):
-    return TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-retail-v0", out=str(out), split="train",
-                       eval_split="test", group_size=2, tasks_per_step=2, steps=1, lr=1e-3, minibatch=2,
-                       max_new_tokens=8, max_turns=2, eval_every=0, save_every=1, seed=0, **kw)
+    return TrainConfig(
+        model=f"hf:{tiny}",
+        env_id="EnvACE/tau2-retail-v0",
+        out=str(out),
+        split="train",
+        eval_split="test",
+        group_size=2,
+        tasks_per_step=2,
+        steps=1,
+        lr=1e-3,
+        minibatch=2,
+        max_new_tokens=8,
+        max_turns=2,
+        eval_every=0,
+        save_every=1,
+        seed=0,
+        **kw,
+    )
 
 
 def _launch(args, tmp_path):
@@ -33,6 +59,7 @@ def _launch(args, tmp_path):
 
 
 @pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI")
+@pytest.mark.slow
 def test_two_ranks_make_the_one_process_update(tiny, tmp_path):
     config = _config(tiny, tmp_path / "run")
     trainer = Trainer(config)
@@ -59,12 +86,39 @@ def test_two_ranks_make_the_one_process_update(tiny, tmp_path):
 
 
 @pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI")
+@pytest.mark.slow
 def test_train_command_under_two_ranks(tiny, tmp_path):
     out = tmp_path / "run"
-    _launch(["-m", "envace_gym.cli", "train", "--model", f"hf:{tiny}", "--env", "EnvACE/tau2-retail-v0",
-             "--dynamics", "rehearsed", "--eval-dynamics", "real", "--group-size", "2", "--steps", "2",
-             "--out", str(out), "--max-new-tokens", "8", "--max-turns", "2", "--tasks-per-step", "2",
-             "--eval-every", "2"], tmp_path)
+    _launch(
+        [
+            "-m",
+            "envace_gym.cli",
+            "train",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            "EnvACE/tau2-retail-v0",
+            "--dynamics",
+            "rehearsed",
+            "--eval-dynamics",
+            "real",
+            "--group-size",
+            "2",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--max-new-tokens",
+            "8",
+            "--max-turns",
+            "2",
+            "--tasks-per-step",
+            "2",
+            "--eval-every",
+            "2",
+        ],
+        tmp_path,
+    )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]  # one writer
     assert all(len(r["tasks"]) == 2 for r in records) and "eval/reward" in records[-1]

@@ -11,8 +11,13 @@ from envace_gym import agents
 from envace_gym.dynamics import DYNAMICS, Dynamics, get
 
 # the ``source`` of the calls each answerer answers
-SOURCES = {"world": {"real"}, "policy": {"rehearsed"}, "simulator": {"simulated"}, "recording": {"replay"},
-           "either": {"real", "rehearsed"}}
+SOURCES = {
+    "world": {"real"},
+    "policy": {"rehearsed"},
+    "simulator": {"simulated"},
+    "recording": {"replay"},
+    "either": {"real", "rehearsed"},
+}
 NAMES = ("real", "rehearsed", "simulated", "replay", "mixed", "shadow")
 
 

@@ -10,8 +10,7 @@ from helpers import play
 import envace_gym
 from envace_gym import agents
 
-ORDER_CALL = ('<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}\n'
-              "</tool_call>")
+ORDER_CALL = '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}\n</tool_call>'
 INFO_KEYS = {"role", "dynamics", "task_id", "turn", "tool_calls"}
 
 
@@ -51,9 +50,11 @@ def test_real_has_no_rehearse_turn_and_the_response_is_in_the_next_obs():
 def test_same_error_for_rejected_calls_under_every_dynamics(dynamics):
     env = gym.make("EnvACE/tau2-retail-v0", dynamics=dynamics)
     env.reset(seed=0, options={"task_id": "5"})
-    bad = ('<tool_call>{"name": "no_tool", "arguments": {}}</tool_call>'
-           '<tool_call>{"name": "get_order_details", "arguments": {"order_id": 5}}</tool_call>'
-           '<tool_call>{"name": "get_order_details", oops}</tool_call>')
+    bad = (
+        '<tool_call>{"name": "no_tool", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "get_order_details", "arguments": {"order_id": 5}}</tool_call>'
+        '<tool_call>{"name": "get_order_details", oops}</tool_call>'
+    )
     obs, *_, info = env.step(bad)
     assert obs["role"] == "act"
     assert [c["error"] for c in info["tool_calls"]] == ["unknown_tool", "invalid_arguments", "malformed_call"]
@@ -153,7 +154,8 @@ def test_transfer_terminates():
     env = gym.make("EnvACE/tau2-retail-v0")
     env.reset(options={"task_id": "5"})
     *_, terminated, truncated, info = env.step(
-        '<tool_call>{"name": "transfer_to_human_agents", "arguments": {"summary": "help"}}</tool_call>')
+        '<tool_call>{"name": "transfer_to_human_agents", "arguments": {"summary": "help"}}</tool_call>'
+    )
     assert terminated and info["ended_by"] == "transfer"
 
 
@@ -182,8 +184,10 @@ def test_make_vec_sync():
 
 
 def test_interleaved_episodes_keep_separate_states():
-    cancel = ('<tool_call>{"name": "cancel_pending_order", "arguments": {"order_id": "%s", '
-              '"reason": "no longer needed"}}</tool_call>')
+    cancel = (
+        '<tool_call>{"name": "cancel_pending_order", "arguments": {"order_id": "%s", '
+        '"reason": "no longer needed"}}</tool_call>'
+    )
     e1, e2 = gym.make("EnvACE/tau2-retail-v0"), gym.make("EnvACE/tau2-retail-v0")
     e1.reset(options={"task_id": "5"})
     e2.reset(options={"task_id": "5"})
@@ -198,13 +202,14 @@ def test_interleaved_episodes_keep_separate_states():
 def test_fork_shares_no_state_with_the_real_world():
     env = gym.make("EnvACE/tau2-retail-v0")
     env.reset(options={"task_id": "5"})
-    pending = [o for o, v in env.unwrapped.episode.world.env.tools.db.orders.items()
-               if v.status == "pending"][0]
+    pending = [o for o, v in env.unwrapped.episode.world.env.tools.db.orders.items() if v.status == "pending"][0]
     fork = env.unwrapped.fork(dynamics="rehearsed")
     fork.dynamics = "real"
     fork.episode.dynamics = "real"
-    fork.step('<tool_call>{"name": "cancel_pending_order", "arguments": {"order_id": "%s", '
-              '"reason": "no longer needed"}}</tool_call>' % pending)
+    fork.step(
+        f'<tool_call>{{"name": "cancel_pending_order", "arguments": {{"order_id": "{pending}", '
+        '"reason": "no longer needed"}}</tool_call>'
+    )
     assert fork.episode.world.env.tools.db.orders[pending].status == "cancelled"
     assert env.unwrapped.episode.world.env.tools.db.orders[pending].status == "pending"
     assert len(fork.episode.messages) == len(env.unwrapped.episode.messages) + 2

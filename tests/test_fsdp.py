@@ -14,14 +14,34 @@ from test_distributed import ACCELERATE, HERE, _launch
 
 from envace_gym.training import TrainConfig, Trainer, checkpoint, collect
 
-pytestmark = pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI")
+pytestmark = [
+    pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI"),
+    pytest.mark.slow,
+]  # process groups: tens of seconds
 
 
 def _config(tiny, out, **kw):
-    return TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-mock-gen-v0", out=str(out), split="train",
-                       eval_split="test", group_size=2, tasks_per_step=2, steps=4, lr=1e-3, minibatch=2,
-                       max_new_tokens=8, max_turns=2, eval_every=0, save_every=1, seed=0, tensorboard=False,
-                       fsdp=True, gradient_checkpointing=True, **kw)
+    return TrainConfig(
+        model=f"hf:{tiny}",
+        env_id="EnvACE/tau2-mock-gen-v0",
+        out=str(out),
+        split="train",
+        eval_split="test",
+        group_size=2,
+        tasks_per_step=2,
+        steps=4,
+        lr=1e-3,
+        minibatch=2,
+        max_new_tokens=8,
+        max_turns=2,
+        eval_every=0,
+        save_every=1,
+        seed=0,
+        tensorboard=False,
+        fsdp=True,
+        gradient_checkpointing=True,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -13,28 +13,39 @@ ENV = gym.make("EnvACE/tau2-retail-v0", dynamics="real").unwrapped
 REHEARSE = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed").unwrapped
 NAMES = ENV.tools.names + ["__import__", "__init__", "tools", "db", "use_tool", "_get_order", "x.y"]
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                           | st.text(max_size=20),
-                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                           max_leaves=20)
-calls = st.builds(lambda n, a: {"name": n, "arguments": a}, st.sampled_from(NAMES),
-                  st.dictionaries(st.sampled_from(["order_id", "user_id", "email", "reason", "item_ids", "x"]),
-                                  json_values, max_size=4))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=20,
+)
+calls = st.builds(
+    lambda n, a: {"name": n, "arguments": a},
+    st.sampled_from(NAMES),
+    st.dictionaries(
+        st.sampled_from(["order_id", "user_id", "email", "reason", "item_ids", "x"]), json_values, max_size=4
+    ),
+)
 blocks = st.one_of(
     calls.map(lambda c: f"<tool_call>{json.dumps(c)}</tool_call>"),
     st.text(max_size=200).map(lambda t: f"<tool_call>{t}</tool_call>"),
     st.text(max_size=200),
-    st.just("<tool_call>"), st.just("</tool_call>"), st.just("<tool_call>" + "{" * 3000),
+    st.just("<tool_call>"),
+    st.just("</tool_call>"),
+    st.just("<tool_call>" + "{" * 3000),
 )
-act_actions = st.one_of(st.lists(blocks, min_size=1, max_size=4).map("".join),
-                        st.builds(lambda c: {"content": None, "tool_calls": [c]}, json_values),
-                        json_values)
+act_actions = st.one_of(
+    st.lists(blocks, min_size=1, max_size=4).map("".join),
+    st.builds(lambda c: {"content": None, "tool_calls": [c]}, json_values),
+    json_values,
+)
 
 
 def _world_state(env):
     db = env.episode.world.env.tools.db
-    return {name: dump({k: getattr(db, name).peek(k).model_dump() for k in getattr(db, name).touched()})
-            for name in ("users", "orders", "products")}
+    return {
+        name: dump({k: getattr(db, name).peek(k).model_dump() for k in getattr(db, name).touched()})
+        for name in ("users", "orders", "products")
+    }
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,9 +63,15 @@ def test_act_fuzz_never_raises_and_rejected_calls_change_nothing(action):
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.text(max_size=300), json_values.map(json.dumps), json_values,
-                 st.text(max_size=50).map(lambda t: f"<tool_response>{t}</tool_response>"),
-                 st.integers(1, 200).map(lambda n: "[" * n * 10 + "]" * n * 10)))
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        json_values.map(json.dumps),
+        json_values,
+        st.text(max_size=50).map(lambda t: f"<tool_response>{t}</tool_response>"),
+        st.integers(1, 200).map(lambda n: "[" * n * 10 + "]" * n * 10),
+    )
+)
 def test_rehearse_fuzz_never_raises(action):
     REHEARSE.reset(seed=0, options={"task_id": "5"})
     obs, *_ = REHEARSE.step('<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1"}}</tool_call>')

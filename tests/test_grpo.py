@@ -84,11 +84,13 @@ def test_a_switched_off_role_contributes_no_gradient(tiny):
     grads = []
     for rehearse_advantage in (5.0, -5.0):
         model, ids, mask, roles = _batch(tiny)
-        advantages = torch.where(roles == ROLE_IDS["act"], 1.0,
-                                 torch.where(roles == ROLE_IDS["rehearse"], rehearse_advantage, 0.0))
+        advantages = torch.where(
+            roles == ROLE_IDS["act"], 1.0, torch.where(roles == ROLE_IDS["rehearse"], rehearse_advantage, 0.0)
+        )
         old = token_logprobs(model, ids, mask).detach()
-        loss, stats = grpo_loss(token_logprobs(model, ids, mask), old, advantages, roles,
-                                role_weights={"act": 1.0, "rehearse": 0.0})
+        loss, stats = grpo_loss(
+            token_logprobs(model, ids, mask), old, advantages, roles, role_weights={"act": 1.0, "rehearse": 0.0}
+        )
         loss.backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
         assert "loss/rehearse" not in stats and stats["tokens/act"] == 16
@@ -112,20 +114,30 @@ def test_prompted_rows_get_their_episodes_advantages(baseline):
     groups = torch.tensor([0, 0, 1, 1])
     act_gens, rehearse_gens = [1, 2, 1, 1], [2, 0, 1, 1]
     c, a, r = ROLE_IDS["context"], ROLE_IDS["act"], ROLE_IDS["rehearse"]
-    inline = token_advantages(rewards, groups, torch.tensor([[c, a, r]] * 4),
-                              {"act": torch.tensor(act_gens), "rehearse": torch.tensor(rehearse_gens)}, baseline)
+    inline = token_advantages(
+        rewards,
+        groups,
+        torch.tensor([[c, a, r]] * 4),
+        {"act": torch.tensor(act_gens), "rehearse": torch.tensor(rehearse_gens)},
+        baseline,
+    )
     row_rewards, row_groups, row_roles, row_episodes, gens_a, gens_r = [], [], [], [], [], []
     for e in range(4):
-        for kind, n in [("act", 1)] + [("rehearse", 1)] * rehearse_gens[e]:
+        for kind, _ in [("act", 1)] + [("rehearse", 1)] * rehearse_gens[e]:
             row_rewards.append(rewards[e].item())
             row_groups.append(groups[e].item())
             row_episodes.append(e)
             row_roles.append([c, a if kind == "act" else r])
             gens_a.append(act_gens[e] if kind == "act" else 0)
             gens_r.append(1 if kind == "rehearse" else 0)
-    prompted = token_advantages(torch.tensor(row_rewards), torch.tensor(row_groups), torch.tensor(row_roles),
-                                {"act": torch.tensor(gens_a), "rehearse": torch.tensor(gens_r)}, baseline,
-                                episodes=torch.tensor(row_episodes))
+    prompted = token_advantages(
+        torch.tensor(row_rewards),
+        torch.tensor(row_groups),
+        torch.tensor(row_roles),
+        {"act": torch.tensor(gens_a), "rehearse": torch.tensor(gens_r)},
+        baseline,
+        episodes=torch.tensor(row_episodes),
+    )
     for row, e in enumerate(row_episodes):
         column = 1 if row_roles[row][1] == a else 2
         assert torch.isclose(prompted[row, 1], inline[e, column])

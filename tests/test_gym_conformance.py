@@ -24,9 +24,14 @@ def test_toolset_and_spaces_pickle():
     env = gym.make(MOCK)
     tools = env.unwrapped.tools
     clone = pickle.loads(pickle.dumps(tools))
-    for call in (ToolCall("c", "create_task", {"user_id": "user_1", "title": "x"}),
-                 ToolCall("c", "create_task", {"user_id": 3}), ToolCall("c", "no_such_tool", {})):
-        assert (clone.check(call) and clone.check(call).content()) == (tools.check(call) and tools.check(call).content())
+    for call in (
+        ToolCall("c", "create_task", {"user_id": "user_1", "title": "x"}),
+        ToolCall("c", "create_task", {"user_id": 3}),
+        ToolCall("c", "no_such_tool", {}),
+    ):
+        assert (clone.check(call) and clone.check(call).content()) == (
+            tools.check(call) and tools.check(call).content()
+        )
     space = pickle.loads(pickle.dumps(env.action_space))
     assert isinstance(space, ActionSpace) and space == env.action_space and space.sample()
     assert pickle.loads(pickle.dumps(env.observation_space)) == env.observation_space
@@ -72,8 +77,9 @@ def test_env_pickles_mid_episode_and_replays_its_world():
 
 
 def test_make_vec_async_two_workers_with_the_vector_oracle():
-    venv = gym.make_vec(MOCK, num_envs=2, vectorization_mode="async",
-                        vector_kwargs={"shared_memory": False}, dynamics="rehearsed")
+    venv = gym.make_vec(
+        MOCK, num_envs=2, vectorization_mode="async", vector_kwargs={"shared_memory": False}, dynamics="rehearsed"
+    )
     try:
         oracle = agents.load("oracle", env=venv)
         assert isinstance(oracle, VectorOracle)
@@ -82,8 +88,9 @@ def test_make_vec_async_two_workers_with_the_vector_oracle():
         ended: list[tuple[int, float, str]] = []
         for _ in range(40):
             obs, reward, terminated, truncated, info = venv.step(tuple(oracle.act_batch(obs)))
-            ended += [(k, float(reward[k]), info["reward_source"][k]) for k in range(2)
-                      if terminated[k] or truncated[k]]
+            ended += [
+                (k, float(reward[k]), info["reward_source"][k]) for k in range(2) if terminated[k] or truncated[k]
+            ]
             if {k for k, _, _ in ended} == {0, 1}:
                 break
         assert {k for k, _, _ in ended} == {0, 1}
@@ -132,8 +139,9 @@ def test_outer_time_limit_still_scores_the_episode():
 
 
 def test_time_limit_in_async_vector_env():
-    venv = gym.make_vec(MOCK, num_envs=2, vectorization_mode="async", max_episode_steps=1,
-                        vector_kwargs={"shared_memory": False})
+    venv = gym.make_vec(
+        MOCK, num_envs=2, vectorization_mode="async", max_episode_steps=1, vector_kwargs={"shared_memory": False}
+    )
     try:
         venv.reset(seed=0)
         _, reward, terminated, truncated, info = venv.step(("Hello", "Hello"))

@@ -12,9 +12,13 @@ MAX_LINES = 500
 
 def _type_checking_only(tree: ast.AST) -> set[int]:
     """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks, which are not imported at run time."""
-    return {id(node) for block in ast.walk(tree)
-            if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-            for statement in block.body for node in ast.walk(statement)}
+    return {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for statement in block.body
+        for node in ast.walk(statement)
+    }
 
 
 def module_imports() -> dict[str, set[str]]:
@@ -55,7 +59,7 @@ def test_no_import_cycle_and_the_env_knows_no_agents():
     def visit(module: str, path: list[str]) -> None:
         state[module] = 1
         for dep in sorted(graph[module]):
-            assert state.get(dep) != 1, "import cycle: " + " -> ".join(path[path.index(dep):] + [dep])
+            assert state.get(dep) != 1, "import cycle: " + " -> ".join(path[path.index(dep) :] + [dep])
             if dep not in state:
                 visit(dep, path + [dep])
         state[module] = 2
@@ -66,6 +70,7 @@ def test_no_import_cycle_and_the_env_knows_no_agents():
 
 
 def test_no_module_is_over_500_lines():
-    sizes = {path.relative_to(ROOT.parent).as_posix(): len(path.read_text().splitlines())
-             for path in ROOT.rglob("*.py")}
+    sizes = {
+        path.relative_to(ROOT.parent).as_posix(): len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")
+    }
     assert not {path: n for path, n in sizes.items() if n > MAX_LINES}

@@ -31,8 +31,18 @@ def test_judge_scores_the_episode_from_the_criteria_and_transcript(server):
     assert request["model"] == "grader" and request["temperature"] == 0.0
 
 
-@pytest.mark.parametrize("reply", ["I think it went well", '{"score": 1.5}', '{"score": "1"}', '{"score": true}',
-                                   '{"reason": "no score"}', "[0.9]", '{"score": ' + "9" * 400_000 + "}"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "I think it went well",
+        '{"score": 1.5}',
+        '{"score": "1"}',
+        '{"score": true}',
+        '{"reason": "no score"}',
+        "[0.9]",
+        '{"score": ' + "9" * 400_000 + "}",
+    ],
+)
 def test_a_malformed_verdict_is_zero_with_a_structured_error(server, reply):
     url, _ = server
     FakeChatServer.replies = [{"role": "assistant", "content": reply}]

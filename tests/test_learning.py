@@ -24,6 +24,7 @@ def model(tmp_path_factory):
     return tiny_model(tmp_path_factory.mktemp("mock-gen-tiny"), env_id=ENV)
 
 
+@pytest.mark.slow
 def test_sft_then_grpo_learn(model, tmp_path):
     torch.manual_seed(0)
     held_out = gym.make(ENV, split="test", dynamics="real", max_turns=MAX_TURNS)
@@ -33,8 +34,20 @@ def test_sft_then_grpo_learn(model, tmp_path):
         agent = HFAgent(model, model=policy.model, tokenizer=policy.tokenizer, max_new_tokens=NEW_TOKENS)
         return play(held_out, agent, tasks)["valid_calls"]
 
-    sft = SFT(SFTConfig(model=f"hf:{model}", env_id=ENV, out=str(tmp_path / "sft"), max_episodes=64, batch=8,
-                        minibatch=8, steps=150, lr=3e-3, save_every=0, tensorboard=False))
+    sft = SFT(
+        SFTConfig(
+            model=f"hf:{model}",
+            env_id=ENV,
+            out=str(tmp_path / "sft"),
+            max_episodes=64,
+            batch=8,
+            minibatch=8,
+            steps=150,
+            lr=3e-3,
+            save_every=0,
+            tensorboard=False,
+        )
+    )
     before = valid_calls(sft)
     sft.train()
     after = valid_calls(sft)
@@ -43,10 +56,25 @@ def test_sft_then_grpo_learn(model, tmp_path):
 
     # GRPO on two fixed training tasks, rewarded with the share of gold actions matched
     train_tasks = ["train_0", "train_1"]
-    grpo = Trainer(TrainConfig(model=f"hf:{latest(tmp_path / 'sft')}", env_id=ENV, out=str(tmp_path / "grpo"),
-                               reward="actions_share", group_size=8, tasks_per_step=2, steps=6, lr=3e-4,
-                               max_new_tokens=NEW_TOKENS, max_turns=MAX_TURNS, eval_every=0, save_every=0,
-                               tensorboard=False, env_kwargs={"task_ids": train_tasks}, seed=0))
+    grpo = Trainer(
+        TrainConfig(
+            model=f"hf:{latest(tmp_path / 'sft')}",
+            env_id=ENV,
+            out=str(tmp_path / "grpo"),
+            reward="actions_share",
+            group_size=8,
+            tasks_per_step=2,
+            steps=6,
+            lr=3e-4,
+            max_new_tokens=NEW_TOKENS,
+            max_turns=MAX_TURNS,
+            eval_every=0,
+            save_every=0,
+            tensorboard=False,
+            env_kwargs={"task_ids": train_tasks},
+            seed=0,
+        )
+    )
     rewards = [record["reward"] for record in grpo.train()]
     print(f"GRPO training reward by step: {rewards}")
     assert statistics.fmean(rewards[1:]) > rewards[0]

@@ -104,8 +104,10 @@ def test_episodes_fit_in_1000_smollm2_tokens(oracle_runs):
 
     tokenizer = AutoTokenizer.from_pretrained(Path(spec.submodule_search_locations[0]), gguf_file=SMOLLM2_GGUF)
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE  # what the smollm2 agent renders with
-    lengths = [len(tokenizer.apply_chat_template(episode.messages, tools=tools, return_dict=True)["input_ids"])
-               for _, _, episode, tools in oracle_runs.values()]
+    lengths = [
+        len(tokenizer.apply_chat_template(episode.messages, tools=tools, return_dict=True)["input_ids"])
+        for _, _, episode, tools in oracle_runs.values()
+    ]
     assert max(lengths) < 1000
     assert min(lengths) > 600  # the system prompt and tools are in the count
 

@@ -14,10 +14,13 @@ from envace_gym.envs.tau2.mock_office import SIZES, get_office_suite, office_db
 from envace_gym.messages import format_tool_call
 
 ENV_ID = "EnvACE/tau2-mock-office-v0"
-CALLS = [("get_users", {}), ("create_task", {"user_id": "user_3", "title": "Write report"}),
-         ("update_task_status", {"task_id": "task_2", "status": "completed"}),
-         ("update_task_status", {"task_id": "task_13", "status": "completed"}),
-         ("create_task", {"user_id": "user_99", "title": "Nobody's"})]
+CALLS = [
+    ("get_users", {}),
+    ("create_task", {"user_id": "user_3", "title": "Write report"}),
+    ("update_task_status", {"task_id": "task_2", "status": "completed"}),
+    ("update_task_status", {"task_id": "task_13", "status": "completed"}),
+    ("create_task", {"user_id": "user_99", "title": "Nobody's"}),
+]
 
 
 def test_splits_are_sized_with_disjoint_instructions():
@@ -93,8 +96,9 @@ def test_progress_reward_is_one_exactly_when_tau2_is(dynamics):
     env = gym.make(ENV_ID, split="test", dynamics=dynamics, reward="progress")
     real = gym.make(ENV_ID, split="test", dynamics="real")
     oracle = agents.load("oracle", env=env)
-    with_items = [t for t in env.unwrapped.task_ids if env.unwrapped.suite.communicate_info(
-        env.unwrapped.suite.task(t))][:20]
+    with_items = [
+        t for t in env.unwrapped.task_ids if env.unwrapped.suite.communicate_info(env.unwrapped.suite.task(t))
+    ][:20]
     assert len(with_items) == 20
     for task_id in env.unwrapped.task_ids[:20] + with_items:
         reward, info, _ = play(env, oracle, task_id)
@@ -136,7 +140,9 @@ def test_strict_progress_is_progress_without_extra_calls_and_counts_each_extra_c
 
 
 def load_study():
-    spec = importlib.util.spec_from_file_location("rehearsal_study", Path(__file__).parents[1] / "examples" / "rehearsal_study.py")
+    spec = importlib.util.spec_from_file_location(
+        "rehearsal_study", Path(__file__).parents[1] / "examples" / "rehearsal_study.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -156,8 +162,9 @@ def test_the_study_names_the_arguments_a_failed_episode_got_wrong():
     missed_arguments = load_study().missed_arguments
     env = gym.make(ENV_ID, split="test", dynamics="real")
     suite = env.unwrapped.suite
-    creating = [t for t in env.unwrapped.task_ids
-                if [c["name"] for c in suite.gold_calls(suite.task(t))] == ["create_task"]][:2]
+    creating = [
+        t for t in env.unwrapped.task_ids if [c["name"] for c in suite.gold_calls(suite.task(t))] == ["create_task"]
+    ][:2]
     assert creating
     for task_id in creating:
         play(env, agents.load("oracle", env=env), task_id)

@@ -10,12 +10,11 @@ from conftest import FakeChatServer
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.prompting import render_prompt
-from envace_gym.openai_client import ModelServerError
 from envace_gym.errors import error_code_of
+from envace_gym.openai_client import ModelServerError
 
 transformers = pytest.importorskip("transformers", reason="model agents need transformers and torch")
 CALL = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}</tool_call>'
-
 
 
 def _rehearse_obs(**kwargs):
@@ -34,8 +33,7 @@ def test_tiny_model_generates_with_ids_and_logprobs(tiny):
         assert g.prompt_ids == agent.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         assert 0 < len(g.completion_ids) == len(g.logprobs) <= 12
         assert all(lp <= 0.0 for lp in g.logprobs)
-    again = agents.load(f"hf:{tiny}", max_new_tokens=12, temperature=1.0, seed=1).generate(
-        [act_obs, rehearse_obs])
+    again = agents.load(f"hf:{tiny}", max_new_tokens=12, temperature=1.0, seed=1).generate([act_obs, rehearse_obs])
     assert [g.completion_ids for g in again] == [g.completion_ids for g in gens]  # seeded sampling
 
 
@@ -68,6 +66,7 @@ def test_tiny_model_plays_whole_episodes_in_both_roles(tiny):
     assert info["ended_by"] in {"max_turns", "user_stop", "transfer"}
 
 
+@pytest.mark.slow
 def test_smollm2_rehearses_real_retail_calls():
     smollm2 = agents.load("smollm2", max_new_tokens=24)
     env, _, obs = _rehearse_obs()
@@ -80,10 +79,20 @@ def test_smollm2_rehearses_real_retail_calls():
 
 def test_openai_agent_reads_structured_tool_calls_and_text(server):  # noqa: F811
     url, _ = server
-    FakeChatServer.replies = [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "t1", "type": "function", "function": {"name": "get_order_details",
-                                                      "arguments": '{"order_id": "#W2378156"}'}}]},
-                        {"role": "assistant", "content": '<tool_response>{"status": "x"}</tool_response>'}]
+    FakeChatServer.replies = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "get_order_details", "arguments": '{"order_id": "#W2378156"}'},
+                }
+            ],
+        },
+        {"role": "assistant", "content": '<tool_response>{"status": "x"}</tool_response>'},
+    ]
     agent = agents.load(f"openai:sim@{url}")
     env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed")
     obs, _ = env.reset(options={"task_id": "5"})
@@ -95,8 +104,10 @@ def test_openai_agent_reads_structured_tool_calls_and_text(server):  # noqa: F81
     assert json.loads(obs["messages"][-1]["content"]) == {"status": "x"}
     rehearse_request = FakeChatServer.requests[1]
     assert "tools" not in rehearse_request and "tool executor" in rehearse_request["messages"][0]["content"]
-    assert json.loads(rehearse_request["messages"][1]["content"].split("## Call to answer\n")[1])["name"] == \
-        "get_order_details"
+    assert (
+        json.loads(rehearse_request["messages"][1]["content"].split("## Call to answer\n")[1])["name"]
+        == "get_order_details"
+    )
 
 
 def test_openai_agent_dead_server_names_the_url():

@@ -42,18 +42,26 @@ def test_run_limit_records_the_split_and_pandas_reads_ids_as_text(tmp_path):
     assert len(frame) == 2 and str(frame["task_id"].dtype) == "string"
     assert list(frame["task_id"]) == gym.make("EnvACE/tau2-retail-v0").unwrapped.task_ids[:2]
     assert (frame["split"] == "test").all() and frame["reward"].dtype == float
-    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--split", "base", "--task-ids", "create_task_1",
-                                 "--out", str(out)])
+    result = runner.invoke(
+        app, ["run", "EnvACE/tau2-mock-v0", "--split", "base", "--task-ids", "create_task_1", "--out", str(out)]
+    )
     assert result.exit_code == 0 and json.loads(out.read_text())["split"] == "base"
     one_line_error(["run", "EnvACE/tau2-mock-v0", "--limit", "0"], "--limit")
 
 
 def test_a_missing_namespace_and_bad_agent_kwargs_are_one_line_errors():
     one_line_error(["run", "tau2-retail-v0"], "did you mean EnvACE/tau2-retail-v0")
-    one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "noisy-oracle", "--agent-kwargs", "p=high"],
-                   "noisy-oracle", "p must be float", "'high'")
-    one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", "noisy-oracle", "--agent-kwargs", "q=1"],
-                   "takes no keyword 'q'", "p, seed")
+    one_line_error(
+        ["run", "EnvACE/tau2-mock-v0", "--agent", "noisy-oracle", "--agent-kwargs", "p=high"],
+        "noisy-oracle",
+        "p must be float",
+        "'high'",
+    )
+    one_line_error(
+        ["run", "EnvACE/tau2-mock-v0", "--agent", "noisy-oracle", "--agent-kwargs", "q=1"],
+        "takes no keyword 'q'",
+        "p, seed",
+    )
 
 
 def test_a_pipe_gets_whole_tables():
@@ -65,17 +73,41 @@ def test_a_pipe_gets_whole_tables():
 def test_tiny_model_then_sft_says_where_the_checkpoint_went(tmp_path):
     result = runner.invoke(app, ["tiny-model", str(tmp_path / "tiny")])
     assert result.exit_code == 0 and (tmp_path / "tiny" / "config.json").exists(), result.output
-    result = runner.invoke(app, ["sft", "--model", f"hf:{tmp_path / 'tiny'}", "--env", "EnvACE/tau2-mock-v0",
-                                 "--split", "base", "--eval-split", "base", "--steps", "1", "--max-episodes", "2",
-                                 "--out", str(tmp_path / "sft")])
+    result = runner.invoke(
+        app,
+        [
+            "sft",
+            "--model",
+            f"hf:{tmp_path / 'tiny'}",
+            "--env",
+            "EnvACE/tau2-mock-v0",
+            "--split",
+            "base",
+            "--eval-split",
+            "base",
+            "--steps",
+            "1",
+            "--max-episodes",
+            "2",
+            "--out",
+            str(tmp_path / "sft"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert f"last checkpoint: {tmp_path / 'sft' / 'step-1'}" in text and f"--agent hf:{tmp_path / 'sft' / 'step-1'}" in text
+    assert (
+        f"last checkpoint: {tmp_path / 'sft' / 'step-1'}" in text
+        and f"--agent hf:{tmp_path / 'sft' / 'step-1'}" in text
+    )
 
 
 def test_importing_a_tau2_suite_prints_no_dotenv_warning():
-    done = subprocess.run([sys.executable, "-c", "import gymnasium as gym, envace_gym; "
-                           "gym.make('EnvACE/tau2-mock-gen-v0')"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", "import gymnasium as gym, envace_gym; gym.make('EnvACE/tau2-mock-gen-v0')"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and "No .env" not in done.stderr, done.stderr
 
 

@@ -102,8 +102,9 @@ def test_no_gold_derived_value_reaches_the_agent_or_the_scorer(monkeypatch, mode
 def test_the_private_context_stays_out_of_the_episode():
     env = _env("EnvACE/tau2-retail-v0", "0")
     seen = []
-    agent = PrivateRehearsal(Recorder(NoisyOracle(env, p=0.5, seed=0), seen), env, 2, "parallel", "memory",
-                             world_model=OracleAgent(env))
+    agent = PrivateRehearsal(
+        Recorder(NoisyOracle(env, p=0.5, seed=0), seen), env, 2, "parallel", "memory", world_model=OracleAgent(env)
+    )
     record = run_episode(env, agent, "0")
     assert any("Private rehearsal" in text for text in seen)  # the agent read its digest
     assert not any("Private rehearsal" in (m.get("content") or "") for m in record["messages"])
@@ -116,8 +117,20 @@ def test_the_private_context_stays_out_of_the_episode():
 def test_budget_zero_is_todays_run_record_for_record(tmp_path):
     def records(*extra):
         out = tmp_path / f"run{len(extra)}.jsonl"
-        result = CliRunner().invoke(app, ["run", "EnvACE/tau2-airline-v0", "--agent", "noisy-oracle",
-                                          "--task-ids", "0,1,2", "--out", str(out), *extra])
+        result = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "EnvACE/tau2-airline-v0",
+                "--agent",
+                "noisy-oracle",
+                "--task-ids",
+                "0,1,2",
+                "--out",
+                str(out),
+                *extra,
+            ],
+        )
         assert result.exit_code == 0, result.output
         return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in out.read_text().splitlines()]
 
@@ -125,16 +138,36 @@ def test_budget_zero_is_todays_run_record_for_record(tmp_path):
     assert today == records("--rehearsal-budget", "0", "--rehearsal-select", "memory", "--world-model", "knn")
     assert all(r["real_calls"] == len(r["real_call_ids"]) and r["rehearsal_attempts"] == 0 for r in today)
     env = _env("EnvACE/tau2-airline-v0", "1")
-    plain, wrapped = (run_episode(env, a, "1", seed=4) for a in (NoisyOracle(env, seed=2),
-                                                                 PrivateRehearsal(NoisyOracle(env, seed=2), env, 0)))
+    plain, wrapped = (
+        run_episode(env, a, "1", seed=4)
+        for a in (NoisyOracle(env, seed=2), PrivateRehearsal(NoisyOracle(env, seed=2), env, 0))
+    )
     assert {**plain, "seconds": 0} == {**wrapped, "seconds": 0}
 
 
 def test_the_cli_runs_private_rehearsal_and_records_its_cost(tmp_path):
     out = tmp_path / "run.jsonl"
-    result = CliRunner().invoke(app, ["run", "EnvACE/tau2-airline-v0", "--agent", "noisy-oracle", "--task-ids", "0",
-                                      "--rehearsal-budget", "2", "--rehearsal-mode", "sequential",
-                                      "--rehearsal-select", "vote", "--world-model", "oracle", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-airline-v0",
+            "--agent",
+            "noisy-oracle",
+            "--task-ids",
+            "0",
+            "--rehearsal-budget",
+            "2",
+            "--rehearsal-mode",
+            "sequential",
+            "--rehearsal-select",
+            "vote",
+            "--world-model",
+            "oracle",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "private attempts" in result.output
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]

@@ -46,15 +46,17 @@ def test_two_workers_write_the_records_of_one(ray, tmp_path, agent, kwargs):
     batched = cli(*common, "--workers", "2", "--batch", "3", "--out", str(tmp_path / "batched.jsonl"))
     assert len(one) == 18 and without_seconds(one) == without_seconds(two) == without_seconds(batched)
     assert len({r["reward"] for r in one}) > 1 or agent == "random"  # noisy: some episodes fail, some not
-    assert [(r["task_id"], r["seed"]) for r in one] == [(t, i) for i, t in enumerate(
-        t for t in dict.fromkeys(r["task_id"] for r in one) for _ in range(2))]
+    assert [(r["task_id"], r["seed"]) for r in one] == [
+        (t, i) for i, t in enumerate(t for t in dict.fromkeys(r["task_id"] for r in one) for _ in range(2))
+    ]
 
 
 def test_compare_with_workers_equals_compare_in_process(ray, tmp_path):
     result = runner.invoke(app, ["compare", MOCK, "--agent", "oracle", "--out", str(tmp_path / "a.jsonl")])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["compare", MOCK, "--agent", "oracle", "--workers", "2", "--out",
-                                 str(tmp_path / "b.jsonl")])
+    result = runner.invoke(
+        app, ["compare", MOCK, "--agent", "oracle", "--workers", "2", "--out", str(tmp_path / "b.jsonl")]
+    )
     assert result.exit_code == 0, result.output
     assert rows(tmp_path / "a.jsonl") == rows(tmp_path / "b.jsonl") and rows(tmp_path / "a.jsonl")
 
@@ -69,8 +71,9 @@ def test_a_worker_killed_mid_episode_reruns_it_and_one_that_always_dies_is_recor
     assert [(r["task_id"], r["seed"]) for r in records] == episodes  # each episode once, in order
     assert [r["reward"] for r in records] == [1.0] * 4 and not any(r["error"] for r in records)
 
-    spec = WorkerSpec(MOCK, f"{AGENTS}:CrashOn", agent_kwargs={"task": "create_task_1", "flag": str(flag),
-                                                               "always": True})
+    spec = WorkerSpec(
+        MOCK, f"{AGENTS}:CrashOn", agent_kwargs={"task": "create_task_1", "flag": str(flag), "always": True}
+    )
     records = list(run_distributed(spec, episodes[:3], workers=2, tries=2))
     assert [(r["task_id"], r["seed"]) for r in records] == episodes[:3]
     assert records[0]["ended_by"] == "worker_error" and records[0]["error"].startswith("failed 2 times")
@@ -78,10 +81,26 @@ def test_a_worker_killed_mid_episode_reruns_it_and_one_that_always_dies_is_recor
     assert [r["reward"] for r in records[1:]] == [1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_a_valid_file_and_resume_plays_only_the_rest(tmp_path):
     out = tmp_path / "run.jsonl"
-    command = [sys.executable, "-m", "envace_gym.cli", "run", MOCK, "--agent", f"{AGENTS}:Slow", "--agent-kwargs",
-               "delay=0.3", "--workers", "2", "--repeats", "3", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "envace_gym.cli",
+        "run",
+        MOCK,
+        "--agent",
+        f"{AGENTS}:Slow",
+        "--agent-kwargs",
+        "delay=0.3",
+        "--workers",
+        "2",
+        "--repeats",
+        "3",
+        "--out",
+        str(out),
+    ]
     # a handled SIGINT is reset to the default in the child, so it gets Ctrl-C as at a terminal even when
     # this run inherited SIGINT ignored (a background job's), which Python would pass on as ignored
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -103,12 +122,26 @@ def test_ctrl_c_leaves_a_valid_file_and_resume_plays_only_the_rest(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     records = rows(out)
     assert len(records) == 27 and len({(r["task_id"], r["seed"]) for r in records}) == 27
-    assert records[:len(partial)] == partial
+    assert records[: len(partial)] == partial
 
 
 def test_private_rehearsal_under_workers_writes_the_records_of_one_process(ray, tmp_path):
-    common = ["run", "EnvACE/tau2-retail-v0", "--split", "test", "--limit", "2", "--agent", "noisy-oracle",
-              "--agent-kwargs", "p=0.5", "--rehearsal-budget", "2", "--world-model", "oracle"]
+    common = [
+        "run",
+        "EnvACE/tau2-retail-v0",
+        "--split",
+        "test",
+        "--limit",
+        "2",
+        "--agent",
+        "noisy-oracle",
+        "--agent-kwargs",
+        "p=0.5",
+        "--rehearsal-budget",
+        "2",
+        "--world-model",
+        "oracle",
+    ]
     one = cli(*common, "--workers", "1", "--out", str(tmp_path / "one.jsonl"))
     two = cli(*common, "--workers", "2", "--out", str(tmp_path / "two.jsonl"))
     assert without_seconds(one) == without_seconds(two)
@@ -127,10 +160,25 @@ def test_rollouts_in_ray_actors_make_the_in_process_trainers_updates(ray, tiny, 
     from envace_gym.training import TrainConfig, Trainer
 
     def trained(out, workers):
-        config = TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-mock-gen-v0", out=str(out), split="train",
-                             eval_split="test", dynamics="rehearsed", group_size=2, tasks_per_step=2, steps=2,
-                             lr=1e-3, max_new_tokens=8, max_turns=3, eval_every=0, save_every=0, seed=0,
-                             tensorboard=False, rollout_workers=workers)
+        config = TrainConfig(
+            model=f"hf:{tiny}",
+            env_id="EnvACE/tau2-mock-gen-v0",
+            out=str(out),
+            split="train",
+            eval_split="test",
+            dynamics="rehearsed",
+            group_size=2,
+            tasks_per_step=2,
+            steps=2,
+            lr=1e-3,
+            max_new_tokens=8,
+            max_turns=3,
+            eval_every=0,
+            save_every=0,
+            seed=0,
+            tensorboard=False,
+            rollout_workers=workers,
+        )
         trainer = Trainer(config)
         records = trainer.train()
         return trainer, records

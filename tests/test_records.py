@@ -23,9 +23,11 @@ def written(tmp_path_factory) -> list[dict]:
     """The records a plain run, a rehearsing run and a failed episode write, as read back from disk."""
     env = gym.make(MOCK)
     rehearsing = agents.with_rehearsal(agents.load("random", env=env), env, budget=2, world_model="knn")
-    played = [*run_episodes(env, agents.load("oracle", env=env), env.unwrapped.task_ids[:2]),
-              *run_batched([env], rehearsing, [(env.unwrapped.task_ids[0], 0)], reseed=True),
-              failed_record(env, "oracle", "t", 7, "died")]
+    played = [
+        *run_episodes(env, agents.load("oracle", env=env), env.unwrapped.task_ids[:2]),
+        *run_batched([env], rehearsing, [(env.unwrapped.task_ids[0], 0)], reseed=True),
+        failed_record(env, "oracle", "t", 7, "died"),
+    ]
     path = tmp_path_factory.mktemp("records") / "run.jsonl"
     with path.open("w") as f:
         for record in played:
@@ -53,8 +55,9 @@ def test_a_written_record_is_its_types_dump(written):
 def test_agents_that_do_not_rehearse_record_zeros_and_no_private_context(written):
     plain, rehearsed, failed = written[0], written[2], written[3]
     for record in (plain, failed):
-        assert [record[k] for k in ("rehearsal_attempts", "rehearsal_turns", "rehearsal_tokens",
-                                    "rehearsal_seconds")] == [0, 0, 0, 0.0]
+        assert [
+            record[k] for k in ("rehearsal_attempts", "rehearsal_turns", "rehearsal_tokens", "rehearsal_seconds")
+        ] == [0, 0, 0, 0.0]
         assert "private_context" not in record
     assert rehearsed["rehearsal_attempts"] > 0 and rehearsed["rehearsal_turns"] > 0
     assert failed["ended_by"] == "worker_error" and failed["error"] == "died" and failed["messages"] == []
@@ -87,10 +90,15 @@ def test_a_written_line_is_whole_and_on_disk_at_once(tmp_path):
         assert path.read_text() == json.dumps({"a": "x" * 100_000}) + "\n"  # flushed, the file still open
 
 
-@pytest.mark.parametrize("change,says", [
-    ({"messages": "hi"}, "messages is 'hi'"), ({"turns": 1.5}, "turns is 1.5"),
-    ({"private_context": [1]}, "private_context is [1]"), ({"seconds": None}, "seconds is None"),
-])
+@pytest.mark.parametrize(
+    "change,says",
+    [
+        ({"messages": "hi"}, "messages is 'hi'"),
+        ({"turns": 1.5}, "turns is 1.5"),
+        ({"private_context": [1]}, "private_context is [1]"),
+        ({"seconds": None}, "seconds is None"),
+    ],
+)
 def test_resume_reads_records_through_the_type(written, tmp_path, change, says):
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in [written[0], written[1] | change]))
@@ -111,6 +119,5 @@ def test_training_panels_are_declared_once():
 
     assert not hasattr(viewer, "TRAINING_PANELS")
     assert records.training_figure([{"step": 1, "lr": 0.1}]) is None
-    fig = records.training_figure([{"step": s, "reward": s / 10, "kl/act": 0.1, "eval/reward": None}
-                                   for s in (1, 2)])
+    fig = records.training_figure([{"step": s, "reward": s / 10, "kl/act": 0.1, "eval/reward": None} for s in (1, 2)])
     assert [ax.get_title() for ax in fig.axes] == ["reward by role", "KL and clip fraction"]

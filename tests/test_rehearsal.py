@@ -16,8 +16,7 @@ def test_prompted_rehearse_prompt_has_schema_examples_history_and_call():
     real.step(DETAILS % "#W2378156")
     assert [a["order_id"] for a, _ in cache.get("get_order_details")] == ["#W2378156"]
 
-    env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", rehearsal_format="prompted",
-                   response_cache=cache)
+    env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", rehearsal_format="prompted", response_cache=cache)
     env.reset(options={"task_id": "5"})
     obs, *_ = env.step(DETAILS % "#W4967593")
     assert obs["role"] == "rehearse" and obs["tools"] == []
@@ -36,7 +35,7 @@ def test_inline_rehearse_prompt_is_the_conversation():
     obs, _ = env.reset(options={"task_id": "5"})
     before = obs["messages"]
     obs, *_ = env.step(DETAILS % "#W2378156")
-    assert obs["messages"][:len(before)] == before and obs["messages"][-1]["role"] == "assistant"
+    assert obs["messages"][: len(before)] == before and obs["messages"][-1]["role"] == "assistant"
 
 
 def test_bad_rehearsals_are_counted():

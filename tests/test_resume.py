@@ -26,12 +26,15 @@ def done(tmp_path):
     return out
 
 
-@pytest.mark.parametrize("args,setting,values", [
-    ([MOCK, "--agent", "random"], "agent", ("'oracle'", "'random'")),
-    ([MOCK, "--dynamics", "rehearsed"], "dynamics", ("'real'", "'rehearsed'")),
-    ([MOCK, "--reward", "actions"], "reward_source", ("'world'", "'actions'")),
-    (["EnvACE/tau2-retail-v0", "--split", "base"], "env_id", ("'EnvACE/tau2-mock-v0'", "'EnvACE/tau2-retail-v0'")),
-])
+@pytest.mark.parametrize(
+    "args,setting,values",
+    [
+        ([MOCK, "--agent", "random"], "agent", ("'oracle'", "'random'")),
+        ([MOCK, "--dynamics", "rehearsed"], "dynamics", ("'real'", "'rehearsed'")),
+        ([MOCK, "--reward", "actions"], "reward_source", ("'world'", "'actions'")),
+        (["EnvACE/tau2-retail-v0", "--split", "base"], "env_id", ("'EnvACE/tau2-mock-v0'", "'EnvACE/tau2-retail-v0'")),
+    ],
+)
 def test_resume_refuses_the_records_of_another_run(done, args, setting, values):
     before = done.read_text()
     result = run(done, *args)
@@ -72,7 +75,7 @@ def test_resume_counts_each_episode_once_and_says_how_many_were_done(done):
 
 def test_resume_cuts_off_a_record_a_killed_run_left_partial(done):
     lines = done.read_text().splitlines(keepends=True)
-    done.write_text("".join(lines[:2]) + lines[2][:len(lines[2]) // 2])  # killed while writing the third
+    done.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed while writing the third
     result = run(done, MOCK)
     assert result.exit_code == 0, result.output
     assert "2 of 3 episodes already" in " ".join(result.output.split())
@@ -96,10 +99,17 @@ def test_resume_names_a_corrupted_line_in_the_middle(done):
     assert result.exit_code == 2 and f"{done}:2" in result.output and "not JSON" in result.output
 
 
-@pytest.mark.parametrize("field,value,says", [
-    ("task_id", ["a"], "task_id is ['a']"), ("seed", {"a": 1}, "seed is {'a': 1}"), ("reward", None, "reward missing"),
-    ("reward", float("nan"), "reward is nan"), ("seed", True, "seed is True"), ("agent", 3, "agent is 3"),
-])
+@pytest.mark.parametrize(
+    "field,value,says",
+    [
+        ("task_id", ["a"], "task_id is ['a']"),
+        ("seed", {"a": 1}, "seed is {'a': 1}"),
+        ("reward", None, "reward missing"),
+        ("reward", float("nan"), "reward is nan"),
+        ("seed", True, "seed is True"),
+        ("agent", 3, "agent is 3"),
+    ],
+)
 def test_resume_checks_each_records_fields(done, field, value, says):
     records = rows(done)
     if value is None:

@@ -3,6 +3,7 @@
 import json
 
 import gymnasium as gym
+import pytest
 import torch
 
 import envace_gym  # noqa: F401
@@ -32,6 +33,7 @@ class Recorder:
         return gens
 
 
+@pytest.mark.slow
 def test_sampled_ids_are_the_trained_ids(tiny):
     agent = Recorder(agents.load(f"hf:{tiny}", max_new_tokens=24, temperature=1.0, seed=3))
     envs = [gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=3) for _ in range(4)]
@@ -41,19 +43,26 @@ def test_sampled_ids_are_the_trained_ids(tiny):
         assert len(r.ids) == len(r.roles) == len(r.logprobs)
         sampled = [t for t, role in zip(r.ids, r.roles) if role != ROLE_IDS["context"]]
         # generations this sequence holds, by where they start (siblings may share a prefix)
-        mine = list({len(p): (p, g) for p, g in agent.calls if r.ids[:len(p)] == p and
-                     r.ids[len(p):len(p) + len(g.completion_ids)] == g.completion_ids}.values())
+        mine = list(
+            {
+                len(p): (p, g)
+                for p, g in agent.calls
+                if r.ids[: len(p)] == p and r.ids[len(p) : len(p) + len(g.completion_ids)] == g.completion_ids
+            }.values()
+        )
         assert sum(r.generations.values()) == len(mine) and r.generations == {"act": 3, "rehearse": 3}
         assert sampled == [t for _, g in sorted(mine, key=lambda pg: len(pg[0])) for t in g.completion_ids]
         for p, g in mine:  # each generation was sampled from the sequence itself
-            assert r.logprobs[len(p):len(p) + len(g.completion_ids)] == g.logprobs
+            assert r.logprobs[len(p) : len(p) + len(g.completion_ids)] == g.logprobs
         assert r.info["ended_by"] in {"max_turns", "user_stop", "transfer"}
 
 
 def test_prompted_rehearsals_are_rows_of_their_own(tiny):
     agent = Recorder(agents.load(f"hf:{tiny}", max_new_tokens=16, temperature=1.0, seed=3))
-    envs = [gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=2, rehearsal_format="prompted")
-            for _ in range(2)]
+    envs = [
+        gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=2, rehearsal_format="prompted")
+        for _ in range(2)
+    ]
     rows = collect(agent, envs, ["5"], group_size=2, seed=0)
     conversations, rehearsals = rows[:2], rows[2:]
     assert [r.episode for r in conversations] == [0, 1] and len(rehearsals) == 4  # 2 calls per episode
@@ -69,6 +78,7 @@ def test_prompted_rehearsals_are_rows_of_their_own(tiny):
         assert "tool executor" in agent.tokenizer.decode(row.ids[:prompt]).lower()
 
 
+@pytest.mark.slow
 def test_a_real_tokenizer_trains_on_what_it_sampled():
     """SmolLM2 (a pretrained BPE with its own merges), sampling at temperature 0.7: recomputing
     the episode's log-probs in one forward pass gives the sampler's, so no token drifted
@@ -119,7 +129,8 @@ def test_rehearsed_episodes_grow_append_only(tiny):
     suite = gym.make("EnvACE/tau2-mock-office-v0", split="test").unwrapped.suite
     task_id = next(t for t in suite.task_ids("test") if len(suite.oracle_plan(suite.task(t))) >= 4)
     for tokenizer in (AutoTokenizer.from_pretrained(tiny), AutoTokenizer.from_pretrained(smollm2_path())):
-        def ids(text):
+
+        def ids(text, tokenizer=tokenizer):
             return tokenizer(text, add_special_tokens=False)["input_ids"]
 
         turns = _rehearsed_turns(tokenizer, task_id)
@@ -127,10 +138,10 @@ def test_rehearsed_episodes_grow_append_only(tiny):
         for (role, prompt, generated), (_, following, _) in zip(turns, turns[1:]):
             assert following.startswith(prompt + generated), role
             grown = ids(prompt) + ids(generated)
-            assert ids(following)[:len(grown)] == grown, role
+            assert ids(following)[: len(grown)] == grown, role
         hostile = _rehearsed_turns(tokenizer, task_id, hostile=True)
         assert hostile[3][0] == "rehearse" and "<|im_end|>" in hostile[3][2]
         for (_, prompt, _), (_, following, _) in zip(hostile, hostile[1:]):
-            assert ids(following)[:len(ids(prompt))] == ids(prompt)
+            assert ids(following)[: len(ids(prompt))] == ids(prompt)
         for _, prompt, _ in hostile[4:]:  # escaped once, the same in every later prompt
             assert '"note": "\\u003c/tool_response>\\u003c|im_end|>"' in prompt

@@ -15,8 +15,7 @@ MOCK = "EnvACE/tau2-mock-gen-v0"
 
 
 def make(dynamics="real", world_model=None, **kwargs):
-    return CandidateEnv(gym.make(MOCK, split="test", dynamics=dynamics, max_turns=6, **kwargs),
-                        world_model=world_model)
+    return CandidateEnv(gym.make(MOCK, split="test", dynamics=dynamics, max_turns=6, **kwargs), world_model=world_model)
 
 
 @pytest.mark.parametrize("dynamics,world_model", [("real", None), ("rehearsed", "oracle"), ("rehearsed", "knn")])
@@ -55,12 +54,10 @@ def test_gold_choices_solve_tasks_and_rehearsals_stay_inside_the_step():
             while not done:
                 gold = oracle.act(env.env.unwrapped.observation())
                 call = _parse(gold)
-                index = ([_parse(c) for c in env.candidates].index(call) if call
-                         else 1 if "###STOP###" in gold else 0)
+                index = [_parse(c) for c in env.candidates].index(call) if call else 1 if "###STOP###" in gold else 0
                 obs, reward, terminated, truncated, info = env.step(index)
                 assert env.observation_space.contains(obs)
-                assert all(c["source"] == ("real" if dynamics == "real" else "rehearsed")
-                           for c in info["tool_calls"])
+                assert all(c["source"] == ("real" if dynamics == "real" else "rehearsed") for c in info["tool_calls"])
                 done = terminated or truncated
             assert reward == 1.0, (dynamics, task_id, info)
             assert info["reward_source"] == ("world" if dynamics == "real" else "actions")
@@ -77,8 +74,7 @@ def test_index_wraps_and_masks():
     assert terminated and info["ended_by"] == "user_stop" and info["reward_source"] == "world"
 
 
-@pytest.mark.parametrize("action", [float("nan"), float("inf"), None, [0], 1.0, True, -1, 32, 10**30,
-                                    np.array([0, 1])])
+@pytest.mark.parametrize("action", [float("nan"), float("inf"), None, [0], 1.0, True, -1, 32, 10**30, np.array([0, 1])])
 def test_actions_outside_the_space_are_refused(action):
     env = make()
     env.reset(seed=0)
@@ -102,10 +98,18 @@ def test_tiny_ppo_learns_through_the_bridge():
     from envace_gym.integrations.sb3 import CandidatePolicy
 
     torch.set_num_threads(1)
-    env = CandidateEnv(gym.make(MOCK, split="train", dynamics="rehearsed", reward="replay", max_turns=4),
-                       world_model="oracle")
-    model = PPO(CandidatePolicy, env, n_steps=128, batch_size=64, n_epochs=2, seed=0,
-                policy_kwargs={"n_candidates": env.max_candidates})
+    env = CandidateEnv(
+        gym.make(MOCK, split="train", dynamics="rehearsed", reward="replay", max_turns=4), world_model="oracle"
+    )
+    model = PPO(
+        CandidatePolicy,
+        env,
+        n_steps=128,
+        batch_size=64,
+        n_epochs=2,
+        seed=0,
+        policy_kwargs={"n_candidates": env.max_candidates},
+    )
     model.learn(256)
     assert model.num_timesteps >= 256
     real = make()  # scored in the real world

@@ -20,8 +20,8 @@ from websockets.sync.server import serve
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.integrations.openenv import access
-from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
 from envace_gym.integrations.openenv.client import RemoteEnv
+from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
 from tests.test_openenv import MOCK, openenv_client
 
 TOKEN = "s3cret-token-for-tests"
@@ -43,21 +43,33 @@ def test_browser_origins_rebound_hosts_and_requests_without_the_token_are_refuse
         for origin in ("http://evil.example", "null", "http://127.0.0.1.evil.example", "file://"):
             assert handshake(url, **ok, Origin=origin) == 403, origin
         with raw_http(url) as s:  # DNS rebinding: the page's own name in Host
-            s.sendall(f"GET /ws HTTP/1.1\r\nHost: evil.example:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                      f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
+            s.sendall(
+                f"GET /ws HTTP/1.1\r\nHost: evil.example:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+            )
             assert s.recv(4096).startswith(b"HTTP/1.1 403")
         assert handshake(url) == 403 and handshake(url, Authorization="Bearer wrong-token-xx") == 403
-        for good in (ok, {"X-EnvACE-Token": TOKEN}, {"Origin": f"http://localhost:{port}", **ok},
-                     {"Origin": "https://lab.example", **ok}):
+        for good in (
+            ok,
+            {"X-EnvACE-Token": TOKEN},
+            {"Origin": f"http://localhost:{port}", **ok},
+            {"Origin": "https://lab.example", **ok},
+        ):
             assert handshake(url, **good) == 101, good
         assert handshake(url, f"/ws?token={TOKEN}") == 101
         assert requests.get(f"{url}/capacity", timeout=5).status_code == 403
         assert requests.get(f"{url}/capacity", headers=ok, timeout=5).json()["active_sessions"] == 0
         assert requests.get(f"{url}/health", timeout=5).ok  # liveness probes need no token...
-        assert requests.get(f"{url}/health", headers={"Host": "evil.example"}, timeout=5).status_code == 403  # ...or rebinding
-        cross_site = requests.post(f"{url}/mcp?token={TOKEN}", headers={"Origin": "http://evil.example"},
-                                   json={"jsonrpc": "2.0", "method": "tools/list", "id": 1}, timeout=5)
+        assert (
+            requests.get(f"{url}/health", headers={"Host": "evil.example"}, timeout=5).status_code == 403
+        )  # ...or rebinding
+        cross_site = requests.post(
+            f"{url}/mcp?token={TOKEN}",
+            headers={"Origin": "http://evil.example"},
+            json={"jsonrpc": "2.0", "method": "tools/list", "id": 1},
+            timeout=5,
+        )
         assert cross_site.status_code == 403
         with pytest.raises(ConnectionError, match="403"):
             RemoteEnv(url, timeout=10).reset(seed=0)
@@ -115,12 +127,16 @@ def test_request_bodies_are_read_as_a_stream_and_refused_past_the_limit_whatever
 
 
 def test_binary_frames_and_json_nested_tens_of_thousands_deep_get_error_frames_and_the_session_lives_on():
-    with serving(EnvServer(MOCK, max_sessions=1)) as url, \
-            connect(url.replace("http", "ws") + "/ws", open_timeout=10, max_size=None) as ws:
+    with (
+        serving(EnvServer(MOCK, max_sessions=1)) as url,
+        connect(url.replace("http", "ws") + "/ws", open_timeout=10, max_size=None) as ws,
+    ):
         ws.send(b'{"type": "reset", "data": {}}')
         assert json.loads(ws.recv(timeout=30))["data"]["code"] == "INVALID_JSON"
-        for deep in ("[" * 50_000 + "]" * 50_000, '{"type": "step", "data": {"message": ' + '{"a": ' * 30_000
-                     + "1" + "}" * 30_001 + "}"):
+        for deep in (
+            "[" * 50_000 + "]" * 50_000,
+            '{"type": "step", "data": {"message": ' + '{"a": ' * 30_000 + "1" + "}" * 30_001 + "}",
+        ):
             ws.send(deep)
             frame = json.loads(ws.recv(timeout=30))
             assert frame["type"] == "error" and frame["data"]["code"] in ("INVALID_JSON", "EXECUTION_ERROR")
@@ -167,8 +183,15 @@ def fake_server(replies: list):
 
 
 def frame(reward=None, **observation) -> dict:
-    fields = {"role": "act", "messages": [{"role": "user", "content": "hi"}], "tools": [], "tool_call": None,
-              "terminated": False, "truncated": False, "info": {}} | observation
+    fields = {
+        "role": "act",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [],
+        "tool_call": None,
+        "terminated": False,
+        "truncated": False,
+        "info": {},
+    } | observation
     return {"type": "observation", "data": {"observation": fields, "reward": reward, "done": False}}
 
 

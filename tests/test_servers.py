@@ -21,9 +21,15 @@ CHAT = {"role": "user", "content": "hi"}
 
 
 def _completion(content: str) -> bytes:
-    return json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                    "finish_reason": "stop"}]}).encode()
+    return json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        }
+    ).encode()
 
 
 MALFORMED = {
@@ -36,8 +42,10 @@ MALFORMED = {
     "no message": Raw(b'{"choices": [{"index": 0}]}'),
     "message not an object": Raw(b'{"choices": [{"message": "hi"}]}'),
     "content not text": Raw(b'{"choices": [{"message": {"role": "assistant", "content": 5}}]}'),
-    "a broken tool call": Raw(b'{"choices": [{"message": {"role": "assistant", "content": null, '
-                              b'"tool_calls": [{"id": "t", "function": "get_order_details"}]}}]}'),
+    "a broken tool call": Raw(
+        b'{"choices": [{"message": {"role": "assistant", "content": null, '
+        b'"tool_calls": [{"id": "t", "function": "get_order_details"}]}}]}'
+    ),
     "over the size limit": Raw(_completion("x" * (5 << 20))),
     "over the size limit, undeclared": Raw(_completion("x" * (5 << 20)), declare_length=False),
 }
@@ -58,8 +66,9 @@ def test_a_malformed_reply_is_a_model_server_error_naming_the_url(server, reply)
 def test_a_malformed_judge_reply_ends_the_step_with_an_error_not_an_exception(server, reply):
     url, _ = server
     FakeChatServer.replies = [reply]
-    env = gym.make("EnvACE/tau2-airline-v0", dynamics="rehearsed",
-                   reward=JudgeReward("grader", url, max_retries=0, timeout=10))
+    env = gym.make(
+        "EnvACE/tau2-airline-v0", dynamics="rehearsed", reward=JudgeReward("grader", url, max_retries=0, timeout=10)
+    )
     reward, info, _ = play(env, agents.load("oracle", env=env), task_id=env.unwrapped.task_ids[0])
     assert reward == 0.0 and url in info["error"] and info["reward_source"] == "judge"
 
@@ -71,8 +80,9 @@ def test_a_huge_reply_is_refused_before_it_is_read_whole(server):
         ChatEndpoint(url, "m", max_retries=0, max_reply_bytes=1000).chat([CHAT])
 
 
-@pytest.mark.parametrize("reply", [Raw(_completion("late"), delay=10),
-                                   Raw(_completion("slow"), pace=0.2)], ids=["hanging", "trickling"])
+@pytest.mark.parametrize(
+    "reply", [Raw(_completion("late"), delay=10), Raw(_completion("slow"), pace=0.2)], ids=["hanging", "trickling"]
+)
 def test_timeout_bounds_the_whole_call_retries_included(server, reply):
     url, _ = server
     FakeChatServer.replies = [reply] * 4
@@ -100,8 +110,7 @@ def test_server_errors_are_retried_while_time_is_left(server):
 def test_a_judge_spec_takes_the_endpoint_options(server):
     url, _ = server
     FakeChatServer.replies = [Raw(_completion('{"score": 1}'), delay=10)] * 2
-    env = gym.make("EnvACE/tau2-airline-v0", dynamics="rehearsed",
-                   reward=f"judge:grader@{url}?timeout=1&max_retries=1")
+    env = gym.make("EnvACE/tau2-airline-v0", dynamics="rehearsed", reward=f"judge:grader@{url}?timeout=1&max_retries=1")
     endpoint = env.unwrapped.reward.endpoint
     assert (endpoint.base_url, endpoint.model, endpoint.timeout, endpoint.max_retries) == (url, "grader", 1, 1)
     start = time.monotonic()
@@ -111,9 +120,17 @@ def test_a_judge_spec_takes_the_endpoint_options(server):
     assert (agent.endpoint.base_url, agent.endpoint.timeout, agent.endpoint.max_reply_bytes) == (url, 2.5, 100)
 
 
-@pytest.mark.parametrize("spec", ["judge:m@http://h/v1?timeout=soon", "judge:m@http://h/v1?retries=2",
-                                  "judge:m@http://h/v1?timeout=0", "judge:m@http://h/v1?max_retries=-1",
-                                  "judge:m@http://h/v1?timeout=nan", "judge:m@http://h/v1?timeout"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "judge:m@http://h/v1?timeout=soon",
+        "judge:m@http://h/v1?retries=2",
+        "judge:m@http://h/v1?timeout=0",
+        "judge:m@http://h/v1?max_retries=-1",
+        "judge:m@http://h/v1?timeout=nan",
+        "judge:m@http://h/v1?timeout",
+    ],
+)
 def test_bad_endpoint_options_are_refused(spec):
     with pytest.raises(ValueError, match="timeout|max_retries"):
         gym.make("EnvACE/tau2-retail-v0", reward=spec)
@@ -121,9 +138,19 @@ def test_bad_endpoint_options_are_refused(spec):
 
 def test_run_survives_a_dead_agent_server_and_writes_every_record(tmp_path):
     out = tmp_path / "run.jsonl"
-    result = CliRunner().invoke(app, ["run", "EnvACE/tau2-retail-v0", "--agent",
-                                      "openai:m@http://127.0.0.1:9/v1?timeout=2&max_retries=0",
-                                      "--task-ids", "5,6", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-retail-v0",
+            "--agent",
+            "openai:m@http://127.0.0.1:9/v1?timeout=2&max_retries=0",
+            "--task-ids",
+            "5,6",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1, result.output  # the run goes on, says which tasks failed, and exits 1
     assert "task 5 (seed 0) failed" in result.output and "task 6 (seed 1) failed" in result.output
     frame = pd.read_json(out, lines=True)
@@ -137,9 +164,20 @@ def test_training_leaves_out_episodes_whose_reward_failed_and_logs_them(server, 
 
     url, _ = server
     # the scripted user ends each episode at the agent's first message, so every episode is judged
-    config = TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-retail-v0", out=str(tmp_path), group_size=2,
-                         tasks_per_step=1, steps=2, max_new_tokens=8, max_turns=4, eval_every=0, seed=0,
-                         reward=f"judge:grader@{url}?max_retries=0", env_kwargs={"user_kwargs": {"max_turns": 0}})
+    config = TrainConfig(
+        model=f"hf:{tiny}",
+        env_id="EnvACE/tau2-retail-v0",
+        out=str(tmp_path),
+        group_size=2,
+        tasks_per_step=1,
+        steps=2,
+        max_new_tokens=8,
+        max_turns=4,
+        eval_every=0,
+        seed=0,
+        reward=f"judge:grader@{url}?max_retries=0",
+        env_kwargs={"user_kwargs": {"max_turns": 0}},
+    )
     failed = Raw(b'{"error": "judge down"}', status=500)
     FakeChatServer.replies = [failed, {"role": "assistant", "content": '{"score": 1}'}, failed, failed]
     trainer = Trainer(config)

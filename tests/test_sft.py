@@ -14,8 +14,18 @@ from envace_gym.agents import Agent
 from envace_gym.agents.prompting import Generation
 from envace_gym.cli import app
 from envace_gym.runner import run_episode
-from envace_gym.training import (SFT, CheckpointError, SFTConfig, TrainConfig, Trainer, collect, episode_tokens,
-                                 gold_episodes, held_out_loss, load_episodes)
+from envace_gym.training import (
+    SFT,
+    CheckpointError,
+    SFTConfig,
+    TrainConfig,
+    Trainer,
+    collect,
+    episode_tokens,
+    gold_episodes,
+    held_out_loss,
+    load_episodes,
+)
 from envace_gym.training.grpo import ROLE_IDS
 
 ENV = "EnvACE/tau2-mock-v0"  # 9 short tasks in its one split, "base"
@@ -44,15 +54,28 @@ class Replay:
         gens = []
         for prompt, stop in zip(prompts, stops):
             text = self.texts.pop(0)
-            ids = self.tokenizer(text + ("\n" + stop if stop else self.tokenizer.eos_token),
-                                 add_special_tokens=False)["input_ids"]
+            ids = self.tokenizer(text + ("\n" + stop if stop else self.tokenizer.eos_token), add_special_tokens=False)[
+                "input_ids"
+            ]
             gens.append(Generation(text, prompt, ids, [0.0] * len(ids)))
         return gens
 
 
 def _config(tiny, out, **kw):
-    defaults = dict(model=f"hf:{tiny}", env_id=ENV, out=str(out), split="base", eval_split="base",
-                    max_episodes=4, batch=4, minibatch=4, steps=3, lr=3e-3, save_every=1, tensorboard=False)
+    defaults = dict(
+        model=f"hf:{tiny}",
+        env_id=ENV,
+        out=str(out),
+        split="base",
+        eval_split="base",
+        max_episodes=4,
+        batch=4,
+        minibatch=4,
+        steps=3,
+        lr=3e-3,
+        save_every=1,
+        tensorboard=False,
+    )
     return SFTConfig(**(defaults | kw))
 
 
@@ -67,13 +90,14 @@ def test_episode_tokens_are_what_a_rollout_tags(tiny):
     oracle = Recording(agents.load("oracle", env=env))
     record = run_episode(env, oracle, "update_task_with_message_history", seed=0)
     assert record["real_call_ids"] == []  # rehearsed: no tool message is a real response
-    episode = record["messages"][record["opening_messages"]:]  # the opening holds an earlier call
+    episode = record["messages"][record["opening_messages"] :]  # the opening holds an earlier call
     calls = [m["tool_call_id"] for m in episode if m["role"] == "tool"]
     tokenizer = agents.load(f"hf:{tiny}").tokenizer
     ids, roles = episode_tokens(tokenizer, record | {"real_call_ids": calls})
     replay = Replay(tokenizer, oracle.texts)
-    (rollout,) = collect(replay, [gym.make(ENV, dynamics="rehearsed")], ["update_task_with_message_history"],
-                         group_size=1, seed=0)
+    (rollout,) = collect(
+        replay, [gym.make(ENV, dynamics="rehearsed")], ["update_task_with_message_history"], group_size=1, seed=0
+    )
     assert rollout.generations == {"act": 2, "rehearse": 1} and not replay.texts
     assert (ids, roles) == (rollout.ids, rollout.roles)
 
@@ -112,21 +136,35 @@ def test_an_untrained_role_is_reported_but_gets_no_gradient(tiny, tmp_path):
     tokens are relabelled as context."""
     act_only = SFT(_config(tiny, tmp_path / "a", roles=["act"], max_episodes=2, minibatch=1, steps=1))
     relabelled = SFT(_config(tiny, tmp_path / "b", max_episodes=2, minibatch=1, steps=1))
-    relabelled.sequences = [(ids, [CONTEXT if r == REHEARSE else r for r in roles])
-                            for ids, roles in relabelled.sequences]
+    relabelled.sequences = [
+        (ids, [CONTEXT if r == REHEARSE else r for r in roles]) for ids, roles in relabelled.sequences
+    ]
     start = [p.detach().clone() for p in act_only.model.parameters()]
     (record,) = act_only.train()
     relabelled.train()
     assert record["loss/rehearse"] > 0 and record["tokens/rehearse"] > 0  # reported
-    for a, b, s in zip(act_only.model.parameters(), relabelled.model.parameters(), start):
+    for a, b, _ in zip(act_only.model.parameters(), relabelled.model.parameters(), start):
         assert torch.allclose(a, b, atol=1e-6)
     assert any(not torch.equal(a, s) for a, s in zip(act_only.model.parameters(), start))
 
 
 def test_sft_from_a_run_file(tiny, tmp_path):
     runs = tmp_path / "runs.jsonl"
-    result = CliRunner().invoke(app, ["run", ENV, "--agent", "oracle", "--dynamics", "real", "--out", str(runs),
-                                      "--task-ids", "create_task_1,update_task_1,update_task_with_message_history"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            ENV,
+            "--agent",
+            "oracle",
+            "--dynamics",
+            "real",
+            "--out",
+            str(runs),
+            "--task-ids",
+            "create_task_1,update_task_1,update_task_with_message_history",
+        ],
+    )
     assert result.exit_code == 0, result.output
     records = load_episodes(runs)
     assert len(records) == 3 and all(len(r["real_call_ids"]) == r["tool_calls"] > 0 for r in records)
@@ -142,19 +180,40 @@ def test_sft_from_a_run_file(tiny, tmp_path):
 
 def test_malformed_records_are_one_line_errors_naming_the_record(tiny, tmp_path):
     runs = tmp_path / "runs.jsonl"
-    result = CliRunner().invoke(app, ["run", ENV, "--agent", "oracle", "--dynamics", "real", "--out", str(runs),
-                                      "--task-ids", "create_task_1"])
+    result = CliRunner().invoke(
+        app, ["run", ENV, "--agent", "oracle", "--dynamics", "real", "--out", str(runs), "--task-ids", "create_task_1"]
+    )
     assert result.exit_code == 0, result.output
     good = load_episodes(runs)[0]
     forged_role = {**good, "messages": [*good["messages"][:-1], {**good["messages"][-1], "role": "user\nhi"}]}
-    cases = {"opening_messages": {**good, "opening_messages": len(good["messages"])},
-             "tools": {k: v for k, v in good.items() if k != "tools"}, "role": forged_role}
+    cases = {
+        "opening_messages": {**good, "opening_messages": len(good["messages"])},
+        "tools": {k: v for k, v in good.items() if k != "tools"},
+        "role": forged_role,
+    }
     for needle, record in cases.items():
         bad = tmp_path / f"bad-{needle}.jsonl"
         bad.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
-        result = CliRunner().invoke(app, ["sft", "--model", f"hf:{tiny}", "--env", ENV, "--from", str(bad),
-                                          "--out", str(tmp_path / "out"), "--steps", "1", "--split", "base",
-                                          "--eval-split", "base"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "sft",
+                "--model",
+                f"hf:{tiny}",
+                "--env",
+                ENV,
+                "--from",
+                str(bad),
+                "--out",
+                str(tmp_path / "out"),
+                "--steps",
+                "1",
+                "--split",
+                "base",
+                "--eval-split",
+                "base",
+            ],
+        )
         assert result.exit_code == 2, result.output
         line = " ".join(result.output.split())
         assert line.startswith("error:") and needle in line and ("line 2" in line or "episode 2" in line), line
@@ -163,26 +222,45 @@ def test_malformed_records_are_one_line_errors_naming_the_record(tiny, tmp_path)
         load_episodes(tmp_path / "junk.jsonl")
     long = {**good, "messages": [*good["messages"][:-1], {**good["messages"][-1], "content": "word " * 20_000}]}
     (tmp_path / "long.jsonl").write_text(json.dumps(long) + "\n")
-    trainer = SFT(_config(tiny, tmp_path / "sft", source=str(tmp_path / "long.jsonl"), max_episodes=None,
-                          batch=1, steps=1, max_tokens=512))
+    trainer = SFT(
+        _config(
+            tiny,
+            tmp_path / "sft",
+            source=str(tmp_path / "long.jsonl"),
+            max_episodes=None,
+            batch=1,
+            steps=1,
+            max_tokens=512,
+        )
+    )
     assert len(trainer.sequences[0][0]) == 512
 
 
 def test_tool_calls_that_are_not_calls_or_nest_too_deep_are_value_errors_naming_the_line(tmp_path):
     """Not the chat template's UndefinedError or a RecursionError when the record is laid out."""
+
     def record(tool_calls):
-        return {"messages": [{"role": "user", "content": "hi"},
-                             {"role": "assistant", "content": "", "tool_calls": tool_calls}],
-                "tools": [], "opening_messages": 1, "real_call_ids": []}
+        return {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "tool_calls": tool_calls},
+            ],
+            "tools": [],
+            "opening_messages": 1,
+            "real_call_ids": [],
+        }
 
     deep: dict = {}
     for _ in range(700):
         deep = {"x": deep}
     good = json.dumps(record([{"id": "c0", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]))
-    bad = {"a string": json.dumps(record("f(1)")), "numbers": json.dumps(record([1, 2])),
-           "no name": json.dumps(record([{"function": {"arguments": {}}}])),
-           "700 deep": json.dumps(record([{"function": {"name": "f", "arguments": deep}}])),
-           "too deep to parse": "[" * 100_000 + "]" * 100_000}
+    bad = {
+        "a string": json.dumps(record("f(1)")),
+        "numbers": json.dumps(record([1, 2])),
+        "no name": json.dumps(record([{"function": {"arguments": {}}}])),
+        "700 deep": json.dumps(record([{"function": {"name": "f", "arguments": deep}}])),
+        "too deep to parse": "[" * 100_000 + "]" * 100_000,
+    }
     path = tmp_path / "runs.jsonl"
     for line in bad.values():
         path.write_text(good + "\n" + line + "\n")
@@ -221,10 +299,40 @@ def test_resume_continues_the_run_and_refuses_a_damaged_checkpoint(tiny, tmp_pat
 def test_the_cli_warm_starts_a_model_that_train_starts_from(tiny, tmp_path):
     runner = CliRunner()
     out = tmp_path / "sft"
-    result = runner.invoke(app, ["sft", "--model", f"hf:{tiny}", "--env", ENV, "--from", "gold", "--split", "base",
-                                 "--eval-split", "base", "--roles", "act,rehearse", "--max-episodes", "3",
-                                 "--batch", "3", "--steps", "2", "--lr", "1e-3", "--eval-every", "2",
-                                 "--eval-tasks", "2", "--save-every", "2", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "sft",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            ENV,
+            "--from",
+            "gold",
+            "--split",
+            "base",
+            "--eval-split",
+            "base",
+            "--roles",
+            "act,rehearse",
+            "--max-episodes",
+            "3",
+            "--batch",
+            "3",
+            "--steps",
+            "2",
+            "--lr",
+            "1e-3",
+            "--eval-every",
+            "2",
+            "--eval-tasks",
+            "2",
+            "--save-every",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "step 2: loss act" in result.output
     (first, second) = _metrics(out)
@@ -233,10 +341,36 @@ def test_the_cli_warm_starts_a_model_that_train_starts_from(tiny, tmp_path):
     assert (out / "metrics.png").exists() and (out / "step-2" / "manifest.json").exists()
     assert list((out / "tensorboard").iterdir())
     # the checkpoint is a model `train --model hf:OUT/step-2` starts from
-    grpo = Trainer(TrainConfig(model=f"hf:{out / 'step-2'}", env_id=ENV, out=str(tmp_path / "grpo"), split="base",
-                               eval_split="base", group_size=1, tasks_per_step=1, steps=1))
+    grpo = Trainer(
+        TrainConfig(
+            model=f"hf:{out / 'step-2'}",
+            env_id=ENV,
+            out=str(tmp_path / "grpo"),
+            split="base",
+            eval_split="base",
+            group_size=1,
+            tasks_per_step=1,
+            steps=1,
+        )
+    )
     saved = load_file(out / "step-2" / "model.safetensors")
     assert saved and all(torch.equal(grpo.model.state_dict()[k], v) for k, v in saved.items())
-    result = runner.invoke(app, ["sft", "--model", f"hf:{tiny}", "--env", ENV, "--split", "base",
-                                 "--eval-split", "base", "--roles", "act,world", "--out", str(tmp_path / "bad")])
+    result = runner.invoke(
+        app,
+        [
+            "sft",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            ENV,
+            "--split",
+            "base",
+            "--eval-split",
+            "base",
+            "--roles",
+            "act,world",
+            "--out",
+            str(tmp_path / "bad"),
+        ],
+    )
     assert result.exit_code == 2 and "roles" in result.output

@@ -11,14 +11,15 @@ from tau2_reference import tau2_reward
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.oracle import OracleAgent
-from envace_gym.messages import format_tool_call
 from envace_gym.envs.tau2 import get_suite
+from envace_gym.messages import format_tool_call
 from envace_gym.state import model_diff
 
 COUNTS = {"retail": 114, "airline": 50, "telecom": 114}
 
 
 @pytest.mark.parametrize("domain", list(COUNTS))
+@pytest.mark.slow
 def test_oracle_real_matches_tau2(domain):
     env = gym.make(f"EnvACE/tau2-{domain}-v0", split="base", dynamics="real")
     oracle = agents.load("oracle", env=env)
@@ -97,19 +98,26 @@ def _perturbations(suite, task):
         if a.requestor != "assistant" or toolkit.tool_type(a.name).value != "write":
             continue
         index = plan.index(format_tool_call(a.name, a.arguments))
-        out.append(("drop", plan[:index] + plan[index + 1:],
-                    _final_state_differs(suite, task, calls[:i] + calls[i + 1:])))
+        out.append(
+            ("drop", plan[:index] + plan[index + 1 :], _final_state_differs(suite, task, calls[:i] + calls[i + 1 :]))
+        )
         keys = a.compare_args if a.compare_args is not None else list(a.arguments)
         if keys:
             args = copy.deepcopy(a.arguments)
             args[keys[0]] = _changed(args[keys[0]])
-            changed = calls[:i] + [{**calls[i], "arguments": args}] + calls[i + 1:]
-            out.append(("change", plan[:index] + [format_tool_call(a.name, args)] + plan[index + 1:],
-                        _final_state_differs(suite, task, changed)))
+            changed = calls[:i] + [{**calls[i], "arguments": args}] + calls[i + 1 :]
+            out.append(
+                (
+                    "change",
+                    plan[:index] + [format_tool_call(a.name, args)] + plan[index + 1 :],
+                    _final_state_differs(suite, task, changed),
+                )
+            )
     return out
 
 
 @pytest.mark.parametrize("domain", ["retail", "airline"])
+@pytest.mark.slow
 def test_perturbed_trajectories_agree_with_tau2(domain):
     env = gym.make(f"EnvACE/tau2-{domain}-v0", split="base")
     suite = get_suite(domain)
@@ -137,7 +145,7 @@ def test_telecom_dropped_user_action_agrees_with_tau2():
         asks = [i for i, p in enumerate(plan) if p.startswith("Please do this on your phone")]
         if not asks:
             continue
-        plan = plan[:asks[-1]] + plan[asks[-1] + 1:]
+        plan = plan[: asks[-1]] + plan[asks[-1] + 1 :]
         reward, _, _ = play(env, PerturbedOracle(env, plan), task_id)
         assert reward == tau2_reward(env.unwrapped.episode), task_id
         tried += 1
@@ -147,7 +155,6 @@ def test_telecom_dropped_user_action_agrees_with_tau2():
 
 def test_gold_answers_never_in_obs_or_info():
     env = gym.make("EnvACE/tau2-retail-v0", split="base")
-    oracle = agents.load("oracle", env=env)
     suite = get_suite("retail")
     task = suite.task("5")
     secrets = [json.dumps(a.arguments) for a in suite.gold_actions(task)]
@@ -169,13 +176,20 @@ class Interrupted:
         return self.oracle.act(obs)
 
 
-@pytest.mark.parametrize("env_id,task_id,hostile", [  # BFCL allows 20 tool-calling steps per user turn
-    ("EnvACE/tau2-retail-v0", "5", 32), ("EnvACE/tau2-mock-office-v0", "test_0", 32),
-    ("EnvACE/bfcl-multi-turn-base-v0", "multi_turn_base_0", 12)])
+@pytest.mark.parametrize(
+    "env_id,task_id,hostile",
+    [  # BFCL allows 20 tool-calling steps per user turn
+        ("EnvACE/tau2-retail-v0", "5", 32),
+        ("EnvACE/tau2-mock-office-v0", "test_0", 32),
+        ("EnvACE/bfcl-multi-turn-base-v0", "multi_turn_base_0", 12),
+    ],
+)
 def test_the_oracle_continues_its_plan_after_foreign_turns(env_id, task_id, hostile):
     env = gym.make(env_id, split=None, max_turns=None)
     reward, info, _ = play(env, Interrupted(env, hostile), task_id)
     assert reward == 1.0, info.get("reward_info")
-    gold = [c for c in env.unwrapped.suite.gold_calls(env.unwrapped.suite.task(task_id)) if c["requestor"] == "assistant"]
+    gold = [
+        c for c in env.unwrapped.suite.gold_calls(env.unwrapped.suite.task(task_id)) if c["requestor"] == "assistant"
+    ]
     made = [c for c in env.unwrapped.episode.calls if c.requestor == "assistant" and c.name != "no_such_tool"]
     assert len(made) == len(gold)

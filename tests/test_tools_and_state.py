@@ -49,20 +49,24 @@ def test_cow_mapping_copies_on_access_and_forks_independently():
 
 def test_oracle_episodes_leave_the_shared_database_untouched():
     import gymnasium as gym
+    from helpers import play
 
     from envace_gym import agents
-    from helpers import play
 
     suite = get_suite("retail")
     db = suite._template.tools.db
-    before = {name: dump({k: v.model_dump() for k, v in getattr(db, name).items()})
-              for name in ("users", "orders", "products")}
+    before = {
+        name: dump({k: v.model_dump() for k, v in getattr(db, name).items()})
+        for name in ("users", "orders", "products")
+    }
     env = gym.make("EnvACE/tau2-retail-v0", split="base")
     oracle = agents.load("oracle", env=env)
     for task_id in env.unwrapped.task_ids[:40]:
         play(env, oracle, task_id)
-    after = {name: dump({k: v.model_dump() for k, v in getattr(db, name).items()})
-             for name in ("users", "orders", "products")}
+    after = {
+        name: dump({k: v.model_dump() for k, v in getattr(db, name).items()})
+        for name in ("users", "orders", "products")
+    }
     assert before == after
 
 

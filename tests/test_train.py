@@ -9,9 +9,23 @@ from envace_gym.training import CheckpointError, TrainConfig, Trainer
 
 
 def _config(tiny, out, steps):
-    return TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-retail-v0", out=str(out), split="train",
-                       eval_split="test", group_size=2, tasks_per_step=1, steps=steps, lr=1e-3,
-                       max_new_tokens=8, max_turns=2, eval_every=2, eval_tasks=1, save_every=1, seed=0)
+    return TrainConfig(
+        model=f"hf:{tiny}",
+        env_id="EnvACE/tau2-retail-v0",
+        out=str(out),
+        split="train",
+        eval_split="test",
+        group_size=2,
+        tasks_per_step=1,
+        steps=steps,
+        lr=1e-3,
+        max_new_tokens=8,
+        max_turns=2,
+        eval_every=2,
+        eval_tasks=1,
+        save_every=1,
+        seed=0,
+    )
 
 
 def _metrics(out):
@@ -19,6 +33,7 @@ def _metrics(out):
     return [{k: r.get(k) for k in keep} for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_continues_the_same_run(tiny, tmp_path):
     whole = tmp_path / "whole"
     Trainer(_config(tiny, whole, 3)).train()
@@ -91,6 +106,7 @@ def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_pa
     assert record["lr"] == pytest.approx(1e-3) and trainer.scheduler.get_last_lr() == [0.0]
 
 
+@pytest.mark.slow
 def test_training_defaults_to_partial_credit_and_stops_when_no_group_can_learn(tiny, tmp_path):
     trainer = Trainer(_config(tiny, tmp_path / "default", 1))
     assert trainer.envs[0].unwrapped.reward == "strict_progress"  # the suite has gold: a reward with a spread

@@ -64,10 +64,23 @@ def test_token_budget_packs_minibatches():
 
 
 def test_a_token_budget_bounds_the_tokens_of_every_forward(tiny, tmp_path):
-    config = TrainConfig(model=f"hf:{tiny}", env_id="EnvACE/tau2-mock-gen-v0", out=str(tmp_path), split="train",
-                         group_size=2, tasks_per_step=2, steps=1, max_new_tokens=8, max_turns=2, eval_every=0,
-                         save_every=0, minibatch_tokens=2_500, bf16=True, gradient_checkpointing=True,
-                         tensorboard=False)
+    config = TrainConfig(
+        model=f"hf:{tiny}",
+        env_id="EnvACE/tau2-mock-gen-v0",
+        out=str(tmp_path),
+        split="train",
+        group_size=2,
+        tasks_per_step=2,
+        steps=1,
+        max_new_tokens=8,
+        max_turns=2,
+        eval_every=0,
+        save_every=0,
+        minibatch_tokens=2_500,
+        bf16=True,
+        gradient_checkpointing=True,
+        tensorboard=False,
+    )
     trainer = Trainer(config)
     record = trainer.train_step()
     assert 0 < record["forward_tokens"] <= 2_500

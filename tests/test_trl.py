@@ -15,8 +15,14 @@ from transformers.utils import get_json_schema  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import envace_gym  # noqa: E402, F401
-from envace_gym.integrations.trl import (EpisodeRollout, environment_factory, episode_reward,  # noqa: E402
-                                         final_reply, make_dataset, prepare_tokenizer)
+from envace_gym.integrations.trl import (  # noqa: E402
+    EpisodeRollout,
+    environment_factory,
+    episode_reward,
+    final_reply,
+    make_dataset,
+    prepare_tokenizer,
+)
 
 ENV = "EnvACE/tau2-mock-gen-v0"
 CALL = '<tool_call>\n{"name": "get_users", "arguments": {}}\n</tool_call>'
@@ -39,13 +45,27 @@ def forcing(tokenizer, text: str, after: str = "", scale: float = 100.0) -> dict
     longer matches more."""
     context = tokenizer(after, add_special_tokens=False)["input_ids"]
     ids = tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-    return {tuple(context + ids[:k + 1]): scale * (k + 1) for k in range(len(ids))}
+    return {tuple(context + ids[: k + 1]): scale * (k + 1) for k in range(len(ids))}
 
 
 def grpo_config(out, **kwargs) -> GRPOConfig:
-    return GRPOConfig(output_dir=str(out), per_device_train_batch_size=2, num_generations=2, max_steps=1,
-                      learning_rate=1e-5, beta=0.0, use_cpu=True, bf16=False, report_to=[], save_strategy="no",
-                      logging_steps=1, disable_tqdm=True, seed=0, dataloader_num_workers=0, **kwargs)
+    return GRPOConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=1,
+        learning_rate=1e-5,
+        beta=0.0,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+        **kwargs,
+    )
 
 
 def test_environment_class_has_exactly_the_suites_tools_and_scores_with_the_env():
@@ -59,10 +79,13 @@ def test_environment_class_has_exactly_the_suites_tools_and_scores_with_the_env(
         got = get_json_schema(getattr(env, name))["function"]
         assert got["description"] == want["description"]
         assert set(got["parameters"].get("required", [])) == set(want["parameters"].get("required", []))
-        assert {k: v.get("type") for k, v in got["parameters"]["properties"].items()} == \
-            {k: v.get("type") for k, v in want["parameters"]["properties"].items()}
-    assert get_json_schema(env.update_task_status)["function"]["parameters"]["properties"]["status"]["enum"] == \
-        ["pending", "completed"]
+        assert {k: v.get("type") for k, v in got["parameters"]["properties"].items()} == {
+            k: v.get("type") for k, v in want["parameters"]["properties"].items()
+        }
+    assert get_json_schema(env.update_task_status)["function"]["parameters"]["properties"]["status"]["enum"] == [
+        "pending",
+        "completed",
+    ]
 
     def play(task_id, calls):
         env.reset(task_id=task_id, prompt=[], other_column=1)  # dataset columns TRL passes along
@@ -78,8 +101,10 @@ def test_environment_class_has_exactly_the_suites_tools_and_scores_with_the_env(
     play("train_1", gold[:1])
     final_reply([[{"role": "assistant", "content": REPLY}]], [env])
     assert env.get_reward() == 0.0
-    assert play("train_1", [{"name": "create_task", "arguments": {"title": "x"}}])[0]["error"]["code"] == \
-        "invalid_arguments"
+    assert (
+        play("train_1", [{"name": "create_task", "arguments": {"title": "x"}}])[0]["error"]["code"]
+        == "invalid_arguments"
+    )
     play("train_4", suite.gold_calls(suite.task("train_4")))  # ends with a transfer: the step ends the episode
     assert env.env.unwrapped.episode.ended_by == "transfer" and env.get_reward() == 1.0
     with pytest.raises(RuntimeError):
@@ -99,10 +124,14 @@ def test_nested_parameters_carry_their_schema_and_unfit_envs_are_refused():
 def test_grpo_step_through_environment_factory(tiny, tmp_path):
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(tiny))
     bias = {**forcing(tokenizer, CALL), **forcing(tokenizer, REPLY, after=AFTER_TOOL, scale=10_000.0)}
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny), processing_class=tokenizer,
-                          args=grpo_config(tmp_path, max_completion_length=512, generation_kwargs={"sequence_bias": bias}),
-                          train_dataset=make_dataset(ENV, limit=2, split="train"),
-                          environment_factory=environment_factory(ENV, split="train"), reward_funcs=[final_reply])
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny),
+        processing_class=tokenizer,
+        args=grpo_config(tmp_path, max_completion_length=512, generation_kwargs={"sequence_bias": bias}),
+        train_dataset=make_dataset(ENV, limit=2, split="train"),
+        environment_factory=environment_factory(ENV, split="train"),
+        reward_funcs=[final_reply],
+    )
     trainer.train()
     log = trainer.state.log_history[0]
     assert trainer.state.global_step == 1
@@ -127,9 +156,14 @@ def test_grpo_step_through_rollout_func_trains_act_and_rehearse_tokens(tiny, tmp
         seen.append((prompts, out))
         return out
 
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=grpo_config(tmp_path),
-                          train_dataset=make_dataset(ENV, limit=2, split="train"),
-                          rollout_func=rollout_func, reward_funcs=episode_reward)
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        args=grpo_config(tmp_path),
+        train_dataset=make_dataset(ENV, limit=2, split="train"),
+        rollout_func=rollout_func,
+        reward_funcs=episode_reward,
+    )
     trainer.train()
     log = trainer.state.log_history[0]
     assert trainer.state.global_step == 1 and "rewards/episode_reward/mean" in log

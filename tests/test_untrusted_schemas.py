@@ -58,17 +58,31 @@ def test_file_and_http_refs_are_refused_and_never_fetched(tmp_path, counting_ser
 
 
 def test_in_document_refs_still_resolve():
-    params = {"type": "object", "$defs": {"id": {"type": "string", "minLength": 2}},
-              "properties": {"x": {"$ref": "#/$defs/id"}}, "required": ["x"]}
+    params = {
+        "type": "object",
+        "$defs": {"id": {"type": "string", "minLength": 2}},
+        "properties": {"x": {"$ref": "#/$defs/id"}},
+        "required": ["x"],
+    }
     tools = ToolSet([tool("f", params)])
     assert tools.check(ToolCall("c1", "f", {"x": "ab"})) is None
     assert tools.check(ToolCall("c1", "f", {"x": "a"})).code == ErrorCode.INVALID_ARGUMENTS
 
 
 def test_a_catastrophic_pattern_is_checked_in_linear_time():
-    tools = ToolSet([tool("f", one_arg({"type": "string", "pattern": "^([a-z]+)*$"})),
-                     tool("g", {"type": "object", "patternProperties": {"^([a-z]+)*$": {"type": "integer"}},
-                                "additionalProperties": False})])
+    tools = ToolSet(
+        [
+            tool("f", one_arg({"type": "string", "pattern": "^([a-z]+)*$"})),
+            tool(
+                "g",
+                {
+                    "type": "object",
+                    "patternProperties": {"^([a-z]+)*$": {"type": "integer"}},
+                    "additionalProperties": False,
+                },
+            ),
+        ]
+    )
     start = time.perf_counter()
     error = tools.check(ToolCall("c1", "f", {"x": "a" * 5000 + "!"}))
     keys = tools.check(ToolCall("c1", "g", {"a" * 5000 + "!": 1}))

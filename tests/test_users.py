@@ -4,12 +4,12 @@ import socket
 
 import gymnasium as gym
 import pytest
+from conftest import FakeChatServer
 
 import envace_gym  # noqa: F401
-from conftest import FakeChatServer
-from envace_gym.openai_client import ModelServerError
 from envace_gym.envs.tau2 import get_suite
 from envace_gym.envs.tau2.users import LLMUser, ScriptedUser
+from envace_gym.openai_client import ModelServerError
 
 
 def test_scripted_user_opening_identity_and_confirmation():
@@ -61,8 +61,10 @@ def _free_port():
 
 def test_llm_user_prompt_and_stop(server):
     url, _ = server
-    FakeChatServer.replies = [{"role": "assistant", "content": "Hi, I want to exchange two items."},
-                        {"role": "assistant", "content": "Thanks! ###STOP###"}]
+    FakeChatServer.replies = [
+        {"role": "assistant", "content": "Hi, I want to exchange two items."},
+        {"role": "assistant", "content": "Thanks! ###STOP###"},
+    ]
     env = gym.make("EnvACE/tau2-retail-v0", user="llm", user_kwargs={"base_url": url, "model": "sim"})
     obs, _ = env.reset(options={"task_id": "5"})
     assert obs["messages"][-1]["content"] == "Hi, I want to exchange two items."
@@ -77,33 +79,42 @@ def test_llm_user_runs_validated_user_tools_in_telecom(server):
     url, _ = server
     call = {"id": "u1", "type": "function", "function": {"name": "check_status_bar", "arguments": "{}"}}
     bad = {"id": "u2", "type": "function", "function": {"name": "__init__", "arguments": "{}"}}
-    FakeChatServer.replies = [{"role": "assistant", "content": "My data does not work."},
-                        {"role": "assistant", "content": None, "tool_calls": [call, bad]},
-                        {"role": "assistant", "content": "The status bar shows no data."}]
+    FakeChatServer.replies = [
+        {"role": "assistant", "content": "My data does not work."},
+        {"role": "assistant", "content": None, "tool_calls": [call, bad]},
+        {"role": "assistant", "content": "The status bar shows no data."},
+    ]
     env = gym.make("EnvACE/tau2-telecom-v0", user="llm", user_kwargs={"base_url": url, "model": "sim"})
     env.reset(options={"task_id": env.unwrapped.task_ids[0]})
     obs, *_ = env.step("What does your status bar show?")
     assert obs["messages"][-1]["content"] == "The status bar shows no data."
     calls = env.unwrapped.episode.calls
     assert [(c.name, c.source, c.error) for c in calls] == [
-        ("check_status_bar", "real", None), ("__init__", "rejected", "unknown_tool")]
+        ("check_status_bar", "real", None),
+        ("__init__", "rejected", "unknown_tool"),
+    ]
     assert FakeChatServer.requests[1]["tools"][0]["type"] == "function"
 
 
 def test_dead_server_is_a_clear_error_and_keeps_the_episode(server):
     url, httpd = server
     FakeChatServer.replies = [{"role": "assistant", "content": "Hello, I need help."}]
-    env = gym.make("EnvACE/tau2-retail-v0", user="llm",
-                   user_kwargs={"base_url": url, "model": "sim", "max_retries": 1, "timeout": 2})
+    env = gym.make(
+        "EnvACE/tau2-retail-v0",
+        user="llm",
+        user_kwargs={"base_url": url, "model": "sim", "max_retries": 1, "timeout": 2},
+    )
     env.reset(options={"task_id": "5"})
-    env.step('<tool_call>{"name": "find_user_id_by_email", "arguments": {"email": "mei.kovacs8232@example.com"}}</tool_call>')
+    env.step(
+        '<tool_call>{"name": "find_user_id_by_email", "arguments": {"email": "mei.kovacs8232@example.com"}}</tool_call>'
+    )
     httpd.shutdown()
     httpd.server_close()
     before = list(env.unwrapped.episode.messages)
     *_, terminated, truncated, info = env.step("Anything else?")
     assert terminated and info["ended_by"] == "error"
     assert "cannot reach the model server at " + url in info["error"]
-    assert env.unwrapped.episode.messages[:len(before)] == before
+    assert env.unwrapped.episode.messages[: len(before)] == before
     assert env.unwrapped.episode.calls[0].error is None
 
 

@@ -22,35 +22,86 @@ REHEARSED = {"a": 1, "b": {"c": 3, "d": [1, 5]}, "f": "same", "e": 0}
 
 
 def episode(task_id: str, reward: float, text: str) -> dict:
-    return {"task_id": task_id, "reward": reward, "reward_source": "world", "dynamics": "real", "agent": "x",
-            "turns": 2, "tool_calls": 1, "real_calls": 1, "ended_by": "user_stop", "error": None,
-            "reward_info": {"note": text}, "opening_messages": 2, "rehearsal_attempts": 0,
-            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text},
-                         {"role": "assistant", "content": "",
-                          "tool_calls": [{"id": "c1", "type": "function",
-                                          "function": {"name": "lookup", "arguments": {"q": text}}}]},
-                         {"role": "tool", "tool_call_id": "c1", "name": "lookup",
-                          "content": json.dumps({"error": {"code": "invalid_arguments", "message": text}})},
-                         {"role": "assistant", "content": "Done."}]}
+    return {
+        "task_id": task_id,
+        "reward": reward,
+        "reward_source": "world",
+        "dynamics": "real",
+        "agent": "x",
+        "turns": 2,
+        "tool_calls": 1,
+        "real_calls": 1,
+        "ended_by": "user_stop",
+        "error": None,
+        "reward_info": {"note": text},
+        "opening_messages": 2,
+        "rehearsal_attempts": 0,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": text},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": {"q": text}}}
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "name": "lookup",
+                "content": json.dumps({"error": {"code": "invalid_arguments", "message": text}}),
+            },
+            {"role": "assistant", "content": "Done."},
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("view")
     runs = folder / "run.jsonl"
-    runs.write_text("\n".join(json.dumps(episode(f"t{i}", i / 10, HOSTILE if i == 3 else f"hello {i}"))
-                              for i in range(7)) + "\n")
+    runs.write_text(
+        "\n".join(json.dumps(episode(f"t{i}", i / 10, HOSTILE if i == 3 else f"hello {i}")) for i in range(7)) + "\n"
+    )
     calls = folder / "compare.jsonl"
-    calls.write_text(json.dumps({"task_id": "t1", "tool": "lookup", "arguments": {"q": 1}, "real": json.dumps(REAL),
-                                 "rehearsed": json.dumps(REHEARSED), "parsed": True, "shape": 0.8,
-                                 "leaf_match": 0.5, "error_agree": True, "exact": False}) + "\n"
-                     + json.dumps({"task_id": "t2", "tool": "other", "arguments": {}, "real": json.dumps(HOSTILE),
-                                   "rehearsed": json.dumps({"x": HOSTILE}), "parsed": True, "shape": 0.0,
-                                   "leaf_match": 0.0, "error_agree": True, "exact": False}) + "\n")
+    calls.write_text(
+        json.dumps(
+            {
+                "task_id": "t1",
+                "tool": "lookup",
+                "arguments": {"q": 1},
+                "real": json.dumps(REAL),
+                "rehearsed": json.dumps(REHEARSED),
+                "parsed": True,
+                "shape": 0.8,
+                "leaf_match": 0.5,
+                "error_agree": True,
+                "exact": False,
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "task_id": "t2",
+                "tool": "other",
+                "arguments": {},
+                "real": json.dumps(HOSTILE),
+                "rehearsed": json.dumps({"x": HOSTILE}),
+                "parsed": True,
+                "shape": 0.0,
+                "leaf_match": 0.0,
+                "error_agree": True,
+                "exact": False,
+            }
+        )
+        + "\n"
+    )
     train = folder / "train"
     train.mkdir()
-    (train / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "reward": s / 10, "loss/act": 1 / s})
-                                                   for s in range(1, 6)) + "\n")
+    (train / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": s, "reward": s / 10, "loss/act": 1 / s}) for s in range(1, 6)) + "\n"
+    )
     out = folder / "report.html"
     result = CliRunner().invoke(app, ["view", str(runs), str(calls), str(train), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -67,9 +118,22 @@ def test_record_text_cannot_close_the_data_block_or_open_markup(report):
 
 def dom(report: Path, fragment: str) -> tuple[str, str]:
     """The page's DOM after its script ran, and the browser's console log."""
-    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-                           "--enable-logging=stderr", "--v=0", "--dump-dom", f"{report.as_uri()}#{fragment}"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            f"{report.as_uri()}#{fragment}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, done.stderr
 
@@ -77,8 +141,7 @@ def dom(report: Path, fragment: str) -> tuple[str, str]:
 @needs_browser
 def test_the_page_renders_counts_filters_sorts_and_opens_an_episode(report):
     page, console = dom(report, "tab=runs&q=&sort=-reward&page=0&open=3")
-    assert 'data-ready="1"' in page and "Uncaught" not in console and "CONSOLE" not in console.replace(
-        "CONSOLE(0)", "")
+    assert 'data-ready="1"' in page and "Uncaught" not in console and "CONSOLE" not in console.replace("CONSOLE(0)", "")
     assert 'data-rows="7"' in page
     keys = [k for k in page.split('data-key="')[1:]]
     assert [k.split('"')[0] for k in keys] == ["6", "5", "4", "3", "2", "1", "0"]  # reward, descending
@@ -122,9 +185,23 @@ def odd_report(tmp_path_factory) -> Path:
     runs = folder / "run.jsonl"
     runs.write_text("\n".join(json.dumps(e) for e in (nan, episode("t1", 1.0, "plain"), episode("t2", 0.5, "x"))))
     calls = folder / "compare.jsonl"
-    calls.write_text(json.dumps({"task_id": "t1", "tool": PLACEHOLDERS, "arguments": {}, "real": "{}",
-                                 "rehearsed": "[]", "parsed": True, "shape": float("nan"),
-                                 "leaf_match": -float("inf"), "error_agree": True, "exact": False}) + "\n")
+    calls.write_text(
+        json.dumps(
+            {
+                "task_id": "t1",
+                "tool": PLACEHOLDERS,
+                "arguments": {},
+                "real": "{}",
+                "rehearsed": "[]",
+                "parsed": True,
+                "shape": float("nan"),
+                "leaf_match": -float("inf"),
+                "error_agree": True,
+                "exact": False,
+            }
+        )
+        + "\n"
+    )
     train = folder / "train-__DATA__-__SVGS__"
     train.mkdir()
     (train / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "reward": s / 10}) for s in range(1, 4)))
@@ -189,8 +266,19 @@ def test_a_deeply_nested_record_is_one_error_naming_its_line(tmp_path):
 
 def test_a_deeply_nested_response_text_is_shown_without_its_diff(tmp_path):
     calls = tmp_path / "compare.jsonl"
-    calls.write_text(json.dumps({"task_id": "t1", "tool": "x", "arguments": {}, "real": "[" * 100000 + "]" * 100000,
-                                 "rehearsed": "[" * 100000, "parsed": False}) + "\n")
+    calls.write_text(
+        json.dumps(
+            {
+                "task_id": "t1",
+                "tool": "x",
+                "arguments": {},
+                "real": "[" * 100000 + "]" * 100000,
+                "rehearsed": "[" * 100000,
+                "parsed": False,
+            }
+        )
+        + "\n"
+    )
     result = CliRunner().invoke(app, ["view", str(calls), "--out", str(tmp_path / "report.html")])
     assert result.exit_code == 0, result.output
     assert data_block((tmp_path / "report.html").read_text())["calls"][0]["diff"] == {"real": [], "rehearsed": []}
@@ -205,9 +293,18 @@ def test_a_deeply_nested_response_text_is_shown_without_its_diff(tmp_path):
 
 
 def call(i: int, tool: str, leaf_match: float, task_id: str = "t1") -> dict:
-    return {"task_id": task_id, "tool": tool, "arguments": {"n": i}, "real": json.dumps(REAL),
-            "rehearsed": json.dumps(REHEARSED), "parsed": True, "shape": leaf_match, "leaf_match": leaf_match,
-            "error_agree": True, "exact": leaf_match == 1.0}
+    return {
+        "task_id": task_id,
+        "tool": tool,
+        "arguments": {"n": i},
+        "real": json.dumps(REAL),
+        "rehearsed": json.dumps(REHEARSED),
+        "parsed": True,
+        "shape": leaf_match,
+        "leaf_match": leaf_match,
+        "error_agree": True,
+        "exact": leaf_match == 1.0,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -219,16 +316,23 @@ def single(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("single")
     calls = folder / "cmp.jsonl"
     tools = ("lookup", "search", HOSTILE)
-    calls.write_text("".join(json.dumps(call(i, tools[i % 3], [1.0, 0.5, 0.0][i % 3], f"t{i % 5}")) + "\n"
-                             for i in range(60)))
+    calls.write_text(
+        "".join(json.dumps(call(i, tools[i % 3], [1.0, 0.5, 0.0][i % 3], f"t{i % 5}")) + "\n" for i in range(60))
+    )
     runs = folder / "run.jsonl"
-    runs.write_text("".join(json.dumps(episode(f"t{i}", i / 10, f"hello {i}") | {"error": "boom" if i == 4 else None})
-                            + "\n" for i in range(7)))
+    runs.write_text(
+        "".join(
+            json.dumps(episode(f"t{i}", i / 10, f"hello {i}") | {"error": "boom" if i == 4 else None}) + "\n"
+            for i in range(7)
+        )
+    )
     train = folder / "train"
     train.mkdir()
     (train / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": s / 10}) + "\n" for s in range(1, 4)))
-    return {name: render([path], folder / f"{name}.html") for name, path in
-            (("compare", calls), ("run", runs), ("training", train))}
+    return {
+        name: render([path], folder / f"{name}.html")
+        for name, path in (("compare", calls), ("run", runs), ("training", train))
+    }
 
 
 def probe(report: Path, fragment: str, action: str, width: int = 1400) -> dict:
@@ -239,19 +343,32 @@ def probe(report: Path, fragment: str, action: str, width: int = 1400) -> dict:
 (async () => {
   const box = q => { const e = document.querySelector(q); return e && e.getBoundingClientRect().toJSON(); };
   const out = {};
-  %s
+  __ACTION__
   out.before = scrollY;  // the page answers a click on the next hashchange
   await new Promise(done => setTimeout(done, 300));
   Object.assign(out, {after: scrollY, height: innerHeight, detail: box("#detail"), table: box("#table"),
                       row: box("tr.sel")});
   document.body.dataset.probe = JSON.stringify(out);
 })();
-</script></body>""" % action
+</script></body>""".replace("__ACTION__", action)
     copy = report.with_name(f"probe-{report.name}")
     copy.write_text(report.read_text(encoding="utf-8").replace("</body>", script), encoding="utf-8")
-    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           "--virtual-time-budget=5000", f"--window-size={width},900", "--dump-dom",
-                           f"{copy.as_uri()}#{fragment}"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--virtual-time-budget=5000",
+            f"--window-size={width},900",
+            "--dump-dom",
+            f"{copy.as_uri()}#{fragment}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(html.unescape(done.stdout.split('data-probe="')[1].split('"')[0]))
 

@@ -38,8 +38,14 @@ def delivery_calls(task) -> list:
     env = task.data.environment
     store = next(iter(env["stores"].values()))
     product, user, address = store["products"][0], env["user_id"], env["location"][0]["address"]
-    order = {"user_id": user, "store_id": store["store_id"], "product_ids": [product["product_id"]],
-             "product_cnts": [2], "address": address, "dispatch_time": later(task, 1)}
+    order = {
+        "user_id": user,
+        "store_id": store["store_id"],
+        "product_ids": [product["product_id"]],
+        "product_cnts": [2],
+        "address": address,
+        "dispatch_time": later(task, 1),
+    }
     latest = {"order_id": LATEST}
     return [
         ("delivery_store_search_recommand", {"keywords": [store["name"].split()[0]]}),
@@ -51,15 +57,19 @@ def delivery_calls(task) -> list:
         ("create_delivery_order", {**order, "user_id": "U_someone_else"}),  # refused by an assertion
         ("create_delivery_order", order),
         ("get_delivery_order_detail", latest),
-        ("pay_delivery_order", latest), ("pay_delivery_order", latest),
-        ("cancel_delivery_order", latest), ("cancel_delivery_order", latest),
+        ("pay_delivery_order", latest),
+        ("pay_delivery_order", latest),
+        ("cancel_delivery_order", latest),
+        ("cancel_delivery_order", latest),
         ("get_delivery_order_status", latest),
         ("search_delivery_orders", {"user_id": user, "status": "cancelled"}),
         ("get_delivery_product_info", {"product_id": product["product_id"]}),  # the ordered copy now
         ("get_delivery_order_detail", {"order_id": "OT_missing"}),
         ("weather", {"address": address, "date_start": later(task, 0)[:10], "date_end": later(task, 24)[:10]}),
-        ("get_nearby", {"longitude": store["location"]["longitude"], "latitude": store["location"]["latitude"],
-                        "range": 3000.0}),
+        (
+            "get_nearby",
+            {"longitude": store["location"]["longitude"], "latitude": store["location"]["latitude"], "range": 3000.0},
+        ),
         ("get_user_all_orders", {}),
         ("delivery_distance_to_time", {"distance": 1234.5}),
         ("get_holiday_date", {"year": "2025", "holiday_name": "Dragon Boat"}),
@@ -74,17 +84,23 @@ def instore_calls(task) -> list:
     return [
         ("instore_shop_search_recommend", {"keywords": [shop["shop_name"]]}),
         ("instore_product_search_recommend", {"keywords": [product["name"]]}),
-        ("create_instore_product_order", {"user_id": user, "shop_id": shop["shop_id"],
-                                          "product_id": product["product_id"], "quantity": 2}),
-        ("pay_instore_order", {"order_id": LATEST}), ("pay_instore_order", {"order_id": LATEST}),
-        ("instore_cancel_order", {"order_id": LATEST}), ("instore_cancel_order", {"order_id": LATEST}),
+        (
+            "create_instore_product_order",
+            {"user_id": user, "shop_id": shop["shop_id"], "product_id": product["product_id"], "quantity": 2},
+        ),
+        ("pay_instore_order", {"order_id": LATEST}),
+        ("pay_instore_order", {"order_id": LATEST}),
+        ("instore_cancel_order", {"order_id": LATEST}),
+        ("instore_cancel_order", {"order_id": LATEST}),
         ("instore_product_search_recommend", {"keywords": [product["name"]]}),  # its quantity changed
         ("instore_reservation", visit),
         ("instore_modify_reservation", {"reservation_id": LATEST, "time": later(task, 22), "customer_count": 3}),
         ("instore_cancel_reservation", {"reservation_id": LATEST}),
         ("instore_book", visit),
-        ("get_instore_orders", {"user_id": user}), ("get_instore_reservations", {"user_id": user}),
-        ("get_instore_books", {"user_id": user}), ("search_instore_reservation", {"user_id": user}),
+        ("get_instore_orders", {"user_id": user}),
+        ("get_instore_reservations", {"user_id": user}),
+        ("get_instore_books", {"user_id": user}),
+        ("search_instore_reservation", {"user_id": user}),
         ("instore_cancel_order", {"order_id": "OI_missing"}),
         ("get_user_all_orders", {}),
     ]
@@ -127,8 +143,14 @@ def jobs():
 def vitabench_answers(jobs):
     """VitaBench's own environment, in a process with no envace-gym code, on the same calls."""
     script = Path(__file__).with_name("vitabench_reference.py")
-    done = subprocess.run([sys.executable, str(script)], input=json.dumps([j[1:] for j in jobs]),
-                          capture_output=True, text=True, timeout=120, env=os.environ)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        input=json.dumps([j[1:] for j in jobs]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -163,7 +185,7 @@ def test_interleaved_episodes_of_different_tasks_and_forks_answer_as_a_lone_epis
         for i, (env, (_, _, calls)) in enumerate(zip(envs, plans)):
             if step < len(calls):
                 if i == 1:  # another thread: VitaBench's tables are per thread, a world's are not
-                    worker = threading.Thread(target=lambda: got[1].append(call(env, *calls[step])))
+                    worker = threading.Thread(target=lambda args=(env, *calls[step]): got[1].append(call(*args)))
                     worker.start()
                     worker.join()
                 else:
@@ -201,12 +223,18 @@ class Scripted(Agent):
 
 def episode_actions(suite, task_id):
     calls = delivery_calls(suite.task(task_id))
-    return [format_tool_call(*calls[0]), format_tool_call(*calls[7]),
-            "What time is your surgery?", format_tool_call(*calls[9]), STOP]
+    return [
+        format_tool_call(*calls[0]),
+        format_tool_call(*calls[7]),
+        "What time is your surgery?",
+        format_tool_call(*calls[9]),
+        STOP,
+    ]
 
 
-RUBRICS_ALL_MET = json.dumps([{"rubric_idx": f"rubric_{i}", "justification": "seen", "meetExpectation": True}
-                              for i in range(20)])
+RUBRICS_ALL_MET = json.dumps(
+    [{"rubric_idx": f"rubric_{i}", "justification": "seen", "meetExpectation": True} for i in range(20)]
+)
 
 
 @pytest.mark.parametrize("dynamics", ["real", "rehearsed", "shadow"])
@@ -229,19 +257,24 @@ def test_a_whole_offline_episode_with_the_scripted_user(server, dynamics):
 
 def test_the_llm_user_is_vitabench_user_simulator_on_a_server(server):
     url, _ = server
-    FakeChatServer.replies = [{"role": "assistant", "content": "Mild rice noodles, please."},
-                              {"role": "assistant", "content": "That is all. ###STOP###"}]
+    FakeChatServer.replies = [
+        {"role": "assistant", "content": "Mild rice noodles, please."},
+        {"role": "assistant", "content": "That is all. ###STOP###"},
+    ]
     env = gym.make(DELIVERY, user="llm", user_kwargs={"base_url": url, "model": "user"}, reward=lambda e: 0.0)
     _, info, _ = play(env, Scripted(["Which noodles would you like?"]), task_id="10711001")
     from vita.user.user_simulator import UserSimulator  # importable once a VitaBench env is made
 
     task = env.unwrapped.suite.task("10711001").data
-    prompt = UserSimulator(persona=str(task.user_scenario.user_profile), instructions=str(task.instructions),
-                           language="english").system_prompt
+    prompt = UserSimulator(
+        persona=str(task.user_scenario.user_profile), instructions=str(task.instructions), language="english"
+    ).system_prompt
     first, second = (r["messages"] for r in FakeChatServer.requests)
     assert first == [{"role": "system", "content": prompt}, {"role": "user", "content": "Hello, how can I help you?"}]
-    assert second[-2:] == [{"role": "assistant", "content": "Mild rice noodles, please."},
-                           {"role": "user", "content": "Which noodles would you like?"}]
+    assert second[-2:] == [
+        {"role": "assistant", "content": "Mild rice noodles, please."},
+        {"role": "user", "content": "Which noodles would you like?"},
+    ]
     assert info["ended_by"] == "user_stop"
 
 
@@ -259,9 +292,11 @@ def test_without_gold_the_oracle_actions_and_gold_replay_refuse_and_compare_work
     _, info, _ = play(gym.make(DELIVERY, dynamics="rehearsed"), Scripted([STOP]), task_id="10711001")
     assert info["reward_source"] == "vitabench" and "VITABENCH_JUDGE" in info["error"]
     recorded = [{"name": "delivery_distance_to_time", "arguments": {"distance": 5}, "response": '{"result": "25.0"}'}]
-    _, info, infos = play(gym.make(DELIVERY, dynamics="replay", recordings=recorded),
-                          Scripted([format_tool_call("delivery_distance_to_time", {"distance": 5}), STOP]),
-                          task_id="10711001")
+    _, info, infos = play(
+        gym.make(DELIVERY, dynamics="replay", recordings=recorded),
+        Scripted([format_tool_call("delivery_distance_to_time", {"distance": 5}), STOP]),
+        task_id="10711001",
+    )
     assert infos[1]["tool_calls"][0]["source"] == "replay"
     # shadow episodes of a scripted actor, rehearsed by the oracle's world model: every call exact
     shadow = gym.make(DELIVERY)
@@ -271,8 +306,9 @@ def test_without_gold_the_oracle_actions_and_gold_replay_refuse_and_compare_work
 
 
 def _verdict(met: list[int], fenced: bool = False) -> str:
-    text = json.dumps([{"rubric_idx": f"rubric_{i}", "justification": f"rubric {i} seen", "meetExpectation": True}
-                       for i in met])
+    text = json.dumps(
+        [{"rubric_idx": f"rubric_{i}", "justification": f"rubric {i} seen", "meetExpectation": True} for i in met]
+    )
     return f"```json\n{text[:-1]},]\n```" if fenced else text  # the fenced one has a trailing comma too
 
 
@@ -300,14 +336,18 @@ def vitabench_evaluation(monkeypatch, episode, replies):
 
     monkeypatch.setattr(evaluator_traj, "generate", fake_generate)
     result = evaluator_traj.TrajectoryEvaluator.calculate_reward(
-        task=episode.task.data, full_trajectory=vita_messages(episode), final_state={},
-        llm_evaluator="judge", llm_args_evaluator={}, language="english")
+        task=episode.task.data,
+        full_trajectory=vita_messages(episode),
+        final_state={},
+        llm_evaluator="judge",
+        llm_args_evaluator={},
+        language="english",
+    )
     monkeypatch.undo()
     return sent, result
 
 
-@pytest.mark.parametrize("replies", [[_verdict([0], fenced=True), _verdict([1, 2])],
-                                     [_verdict(list(range(20))), "[]"]])
+@pytest.mark.parametrize("replies", [[_verdict([0], fenced=True), _verdict([1, 2])], [_verdict(list(range(20))), "[]"]])
 def test_the_judge_sends_vitabench_evaluator_prompts_and_scores_as_it_does(server, monkeypatch, recorded, replies):
     from vita.data_model.tasks import RewardType
 
@@ -337,10 +377,11 @@ def test_a_malformed_or_unreachable_judge_is_a_clear_error_and_the_episode_is_ke
 
 
 HOSTILE_NAMES = ["__init__", "__class__", "_get_store", "use_tool", "get_now", "db", "tools", "x.y"]
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                           | st.text(max_size=20),
-                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                           max_leaves=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=12,
+)
 
 
 @pytest.fixture(scope="module")
@@ -348,12 +389,14 @@ def fuzzed():
     return make(DELIVERY)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(st.sampled_from(HOSTILE_NAMES + ["create_delivery_order", "cancel_delivery_order", "weather"]),
-       st.dictionaries(st.sampled_from(["user_id", "order_id", "product_ids", "address", "x"]), json_values,
-                       max_size=4),
-       st.sampled_from(["", "{", "<tool_call>", "</tool_call>"]))
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.sampled_from(HOSTILE_NAMES + ["create_delivery_order", "cancel_delivery_order", "weather"]),
+    st.dictionaries(st.sampled_from(["user_id", "order_id", "product_ids", "address", "x"]), json_values, max_size=4),
+    st.sampled_from(["", "{", "<tool_call>", "</tool_call>"]),
+)
 def test_hostile_calls_never_raise_and_rejected_ones_change_nothing(fuzzed, name, arguments, junk):
     fuzzed.reset(seed=0, options={"task_id": "10711001"})
     before = fuzzed.episode.world.env.tools.db.model_dump()
@@ -370,9 +413,11 @@ def test_the_scripted_user_answers_a_question_with_the_sentence_it_is_about():
 
     from envace_gym.envs.vitabench.users import ScriptedUser
 
-    instructions = ("You want to order two bowls of beef noodles from a noodle shop near your office. "
-                    "Deliver them to Room 301, Building A. You want them delivered at 12:30 pm. "
-                    "Pay with the default payment method.")
+    instructions = (
+        "You want to order two bowls of beef noodles from a noodle shop near your office. "
+        "Deliver them to Room 301, Building A. You want them delivered at 12:30 pm. "
+        "Pay with the default payment method."
+    )
     user = ScriptedUser(SimpleNamespace(id="t", data=SimpleNamespace(instructions=instructions)))
     assert user.reply("What time would you like it delivered?", None).text == "You want them delivered at 12:30 pm."
     assert user.reply("Where should we deliver the order?", None).text == "Deliver them to Room 301, Building A."

@@ -3,7 +3,6 @@ behind the openai and vllm agents, trainers pushing weights into both, and a ser
 mid-episode."""
 
 import copy
-
 import json
 import os
 import signal
@@ -23,6 +22,8 @@ from envace_gym.agents.vllm import INSTALL_HINT
 from envace_gym.openai_client import ModelServerError
 from envace_gym.rewards import JudgeReward
 
+pytestmark = pytest.mark.slow  # engines and process groups: minutes
+
 try:
     import vllm  # noqa: F401
 except ImportError:
@@ -30,10 +31,13 @@ except ImportError:
 
 # the KV cache is sized explicitly: sized from free memory, it fails on a busy machine
 KV_CACHE_BYTES = 128 << 20
-ENGINE = {"gpu_memory_utilization": 0.1, "max_model_len": 12288, "dtype": "float32",
-          "kv_cache_memory_bytes": KV_CACHE_BYTES}
+ENGINE = {
+    "gpu_memory_utilization": 0.1,
+    "max_model_len": 12288,
+    "dtype": "float32",
+    "kv_cache_memory_bytes": KV_CACHE_BYTES,
+}
 CALL = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}</tool_call>'
-
 
 
 def test_offline_engine_serves_both_roles_with_logprobs(tiny):
@@ -45,7 +49,7 @@ def test_offline_engine_serves_both_roles_with_logprobs(tiny):
     gens = agent.generate([act_obs, rehearse_obs])
     for g in gens:
         assert 0 < len(g.completion_ids) == len(g.logprobs) <= 12 and all(lp <= 0 for lp in g.logprobs)
-    assert gens[1].prompt_ids[:len(gens[0].prompt_ids)] == gens[0].prompt_ids  # one growing sequence
+    assert gens[1].prompt_ids[: len(gens[0].prompt_ids)] == gens[0].prompt_ids  # one growing sequence
     obs, *_, info = env.step(gens[1].text)
     assert isinstance(json.loads(obs["messages"][-1]["content"]), (dict, list))
     # the same prompt four times is one request sampling four completions: the prompt is computed once
@@ -70,15 +74,41 @@ def _free_port():
 @pytest.fixture(scope="module")
 def served(tiny):
     port = _free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny),
-           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-           "--gpu-memory-utilization", "0.1", "--max-model-len", "12288", "--dtype", "float32",
-           "--kv-cache-memory-bytes", str(KV_CACHE_BYTES),
-           "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--logprobs-mode", "processed_logprobs"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(tiny),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--gpu-memory-utilization",
+        "0.1",
+        "--max-model-len",
+        "12288",
+        "--dtype",
+        "float32",
+        "--kv-cache-memory-bytes",
+        str(KV_CACHE_BYTES),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--logprobs-mode",
+        "processed_logprobs",
+    ]
     # its own process group: killing the server must also kill the engine process it forks
     # dev mode: the trainer test reloads weights through /collective_rpc
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"}, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"},
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     while time.time() < deadline:
         try:
@@ -109,7 +139,7 @@ def _same_distribution(agent, model, obs, temperature=0.7) -> bool:
     gen = agent.generate([obs])[0]
     ids = torch.tensor([gen.prompt_ids + gen.completion_ids])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float() / temperature
+        logits = model(ids).logits[0, len(gen.prompt_ids) - 1 : -1].float() / temperature
     mine = torch.log_softmax(logits, -1).gather(1, torch.tensor(gen.completion_ids)[:, None])[:, 0]
     return torch.allclose(mine, torch.tensor(gen.logprobs), atol=1e-3)
 
@@ -122,10 +152,25 @@ def _length_reward(episode) -> float:
 def _trainer(model, out, **kwargs):
     from envace_gym.training import TrainConfig, Trainer
 
-    return Trainer(TrainConfig(model=model, env_id="EnvACE/bfcl-simple-python-v0", out=str(out), dynamics="real",
-                               reward=_length_reward, split=None, eval_split=None, group_size=2,
-                               tasks_per_step=1, steps=1, lr=1e-2, max_new_tokens=8, temperature=0.7,
-                               eval_every=0, **kwargs))
+    return Trainer(
+        TrainConfig(
+            model=model,
+            env_id="EnvACE/bfcl-simple-python-v0",
+            out=str(out),
+            dynamics="real",
+            reward=_length_reward,
+            split=None,
+            eval_split=None,
+            group_size=2,
+            tasks_per_step=1,
+            steps=1,
+            lr=1e-2,
+            max_new_tokens=8,
+            temperature=0.7,
+            eval_every=0,
+            **kwargs,
+        )
+    )
 
 
 def _train_and_check_engine(trainer) -> None:

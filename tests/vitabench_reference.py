@@ -40,11 +40,14 @@ def vita_messages(episode) -> list:
         if m["role"] == "user":
             out.append(UserMessage(role="user", content=m["content"]))
         elif m["role"] == "tool":
-            out.append(ToolMessage(id=m["tool_call_id"], name=m["name"], role="tool",
-                                   content=natives[m["tool_call_id"]]))
+            out.append(
+                ToolMessage(id=m["tool_call_id"], name=m["name"], role="tool", content=natives[m["tool_call_id"]])
+            )
         elif m["role"] == "assistant":
-            calls = [ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
-                     for c in m.get("tool_calls", [])]
+            calls = [
+                ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
+                for c in m.get("tool_calls", [])
+            ]
             out.append(AssistantMessage(role="assistant", content=m["content"] or None, tool_calls=calls or None))
     return out
 
@@ -70,8 +73,9 @@ def answer(domain: str, task_id: str, calls: list) -> list[dict]:
     env = module.get_environment(task.environment, "english")
     out = []
     for i, (name, arguments) in enumerate(calls):
-        message = env.get_response(ToolCall(id=str(i), name=name, arguments=resolve(arguments, [
-            o["content"] for o in out])))
+        message = env.get_response(
+            ToolCall(id=str(i), name=name, arguments=resolve(arguments, [o["content"] for o in out]))
+        )
         out.append({"content": message.content, "error": message.error})
     return out
 

@@ -19,8 +19,10 @@ from envace_gym.agents.random_agent import RandomAgent
 from envace_gym.specs import import_module, parse_spec
 
 AGENTS = {"oracle": OracleAgent, "noisy-oracle": NoisyOracle, "random": RandomAgent, "knn": KNNAgent}
-NAMES = ("oracle, noisy-oracle, random, knn, smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, openai:MODEL@BASE_URL, "
-         "MODULE:CLASS")
+NAMES = (
+    "oracle, noisy-oracle, random, knn, smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, openai:MODEL@BASE_URL, "
+    "MODULE:CLASS"
+)
 
 
 def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
@@ -31,9 +33,11 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
         if local.startswith(("/", ".", "~")) and not Path(local).expanduser().exists():
             raise FileNotFoundError(f"no model at {local!r}: no such file or folder")
         if Path(local).expanduser().is_dir() and not (Path(local).expanduser() / "config.json").is_file():
-            raise FileNotFoundError(f"no model in {local!r}: the folder has no config.json (a transformers model "
-                                    "folder holds config.json, the weights and the tokenizer; "
-                                    "`envace-gym tiny-model PATH` writes one)")
+            raise FileNotFoundError(
+                f"no model in {local!r}: the folder has no config.json (a transformers model "
+                "folder holds config.json, the weights and the tokenizer; "
+                "`envace-gym tiny-model PATH` writes one)"
+            )
     if name == "oracle" and isinstance(env, gym.vector.VectorEnv):
         from envace_gym.agents.vector import VectorOracle
 
@@ -108,20 +112,32 @@ def check_kwargs(cls: type, name: str, kwargs: dict) -> dict:
         if type(None) in typing.get_args(hints.get(key)) and value is None:
             continue
         if allowed and not any(_fits(value, t) for t in allowed):
-            raise ValueError(f"the {name} agent's {key} must be {' or '.join(t.__name__ for t in allowed)}, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"the {name} agent's {key} must be {' or '.join(t.__name__ for t in allowed)}, got {value!r}"
+            )
     return kwargs
 
 
-def with_rehearsal(agent: Agent, env: gym.Env, budget: int = 0, world_model: str | None = None,
-                   **options: Any) -> Agent:
+def with_rehearsal(
+    agent: Agent, env: gym.Env, budget: int = 0, world_model: str | None = None, **options: Any
+) -> Agent:
     """``agent`` with test-time private rehearsal of ``budget`` attempts (:class:`PrivateRehearsal`'s
     ``options``; a ``world_model`` named as for :func:`load`, loaded in ``env``). The options are
     checked at every budget; budget 0 is the agent itself."""
-    wrapped = PrivateRehearsal(agent, env, budget, world_model=load(world_model, env=env) if world_model else None,
-                               **options)
+    wrapped = PrivateRehearsal(
+        agent, env, budget, world_model=load(world_model, env=env) if world_model else None, **options
+    )
     return wrapped if budget else agent
 
 
-__all__ = ["AGENTS", "Agent", "KNNAgent", "NoisyOracle", "OracleAgent", "PrivateRehearsal", "RandomAgent", "load",
-           "with_rehearsal"]
+__all__ = [
+    "AGENTS",
+    "Agent",
+    "KNNAgent",
+    "NoisyOracle",
+    "OracleAgent",
+    "PrivateRehearsal",
+    "RandomAgent",
+    "load",
+    "with_rehearsal",
+]

@@ -22,7 +22,7 @@ class Agent(ABC):
         """This agent playing in ``env`` (a fork of its env); an agent that reads no env is itself."""
         return self
 
-    def reseed(self, seed: int) -> None:
+    def reseed(self, seed: int) -> None:  # noqa: B027 (a hook: most agents have no randomness to seed)
         """Seed this agent's own randomness for the episode about to start (none: nothing to do)."""
 
     def episode_stats(self) -> dict:

@@ -25,8 +25,12 @@ def play_settings(path: str | Path) -> dict:
         return {}
     if not isinstance(settings, dict):
         return {}
-    return {k: v for k, v in settings.items() if (k == "env_id" and isinstance(v, str)) or
-            (k in ("max_turns", "max_new_tokens") and isinstance(v, int) and not isinstance(v, bool) and v > 0)}
+    return {
+        k: v
+        for k, v in settings.items()
+        if (k == "env_id" and isinstance(v, str))
+        or (k in ("max_turns", "max_new_tokens") and isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    }
 
 
 class HFAgent(TokenAgent):
@@ -42,10 +46,22 @@ class HFAgent(TokenAgent):
 
     name = "hf"
 
-    def __init__(self, path: str | Path, env=None, *, model=None, tokenizer=None, device: str = "cpu",
-                 dtype: str | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int | None = 0, batch_size: int = 8,
-                 chat_template: str | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        env=None,
+        *,
+        model=None,
+        tokenizer=None,
+        device: str = "cpu",
+        dtype: str | None = None,
+        max_new_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = 0,
+        batch_size: int = 8,
+        chat_template: str | None = None,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
@@ -59,7 +75,8 @@ class HFAgent(TokenAgent):
         if chat_template is not None:
             self.tokenizer.chat_template = chat_template
         self.model = model or AutoModelForCausalLM.from_pretrained(
-            where, dtype=getattr(torch, dtype) if dtype else None, **kwargs)
+            where, dtype=getattr(torch, dtype) if dtype else None, **kwargs
+        )
         self.model.to(device).eval()
         self.device, self.batch_size = device, batch_size
         if max_new_tokens is None:
@@ -74,7 +91,7 @@ class HFAgent(TokenAgent):
     def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
-            out += self._generate(prompts[start:start + self.batch_size], stops[start:start + self.batch_size])
+            out += self._generate(prompts[start : start + self.batch_size], stops[start : start + self.batch_size])
         return out
 
     def _generate(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
@@ -85,9 +102,14 @@ class HFAgent(TokenAgent):
         if any(stops):
             extra = {"stop_strings": sorted({s for s in stops if s}), "tokenizer": self.tokenizer}
         with torch.no_grad():
-            result = self.model.generate(**enc, **self.sampling, **extra, output_logits=True,
-                                         return_dict_in_generate=True,
-                                         pad_token_id=self.tokenizer.pad_token_id)
+            result = self.model.generate(
+                **enc,
+                **self.sampling,
+                **extra,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
         width = enc["input_ids"].shape[1]
         chosen = result.sequences[:, width:]
         scores = self._logprobs(result.logits, chosen)
@@ -101,7 +123,7 @@ class HFAgent(TokenAgent):
             ids = completion[:n]
             text = self.tokenizer.decode([t for t in ids if t not in eos], skip_special_tokens=False)
             if stop and stop in text:
-                text = text[:text.index(stop)]
+                text = text[: text.index(stop)]
             gens.append(Generation(text.strip(), list(prompt_ids), ids, scores[i, :n].tolist()))
         return gens
 
@@ -111,8 +133,10 @@ class HFAgent(TokenAgent):
         import torch
 
         temperature = self.sampling.get("temperature", 1.0)
-        steps = [torch.log_softmax(step.float() / temperature, -1).gather(1, chosen[:, k:k + 1])
-                 for k, step in enumerate(logits)]
+        steps = [
+            torch.log_softmax(step.float() / temperature, -1).gather(1, chosen[:, k : k + 1])
+            for k, step in enumerate(logits)
+        ]
         return torch.cat(steps, 1)
 
     @property

@@ -14,8 +14,10 @@ def _tokens(arguments: dict) -> frozenset[str]:
     return frozenset(f"{path}={json.dumps(value)}" for path, value in flatten(arguments).items())
 
 
-CANNOT_ACT = ("knn is a world model and cannot act: it answers rehearse turns only; give it as --simulator "
-              "(dynamics simulated), --world-model or compare's --agent, and act with another agent")
+CANNOT_ACT = (
+    "knn is a world model and cannot act: it answers rehearse turns only; give it as --simulator "
+    "(dynamics simulated), --world-model or compare's --agent, and act with another agent"
+)
 
 
 class KNNAgent(Agent):
@@ -44,8 +46,7 @@ class KNNAgent(Agent):
             self.memory.setdefault(name, []).append((_tokens(arguments), response))
 
     def _observe(self, messages: list[dict]) -> None:
-        calls = {c["id"]: c["function"] for m in messages if m["role"] == "assistant"
-                 for c in m.get("tool_calls", [])}
+        calls = {c["id"]: c["function"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])}
         for m in messages:
             call = calls.get(m.get("tool_call_id")) if m["role"] == "tool" else None
             if call is not None:
@@ -60,6 +61,8 @@ class KNNAgent(Agent):
         if not candidates:
             return "{}"
         query = _tokens(call["arguments"])
-        best = max(range(len(candidates)), key=lambda i: (
-            len(query & candidates[i][0]) / max(1, len(query | candidates[i][0])), i))
+        best = max(
+            range(len(candidates)),
+            key=lambda i: (len(query & candidates[i][0]) / max(1, len(query | candidates[i][0])), i),
+        )
         return candidates[best][1]

@@ -41,7 +41,8 @@ class NoisyOracle(OracleAgent):
     imagined: it draws again, at most ``redraws`` times, while its draw has a call that an
     attempt's first turn (made from the state it is in now) saw answered with an error, or,
     when some attempt's first turn drew no error, is none of those first turns. That is one
-    model of an agent learning from its attempts; a model's own use of the digest may differ. Its rehearse turns are the oracle's.
+    model of an agent learning from its attempts; a model's own use of the digest may differ.
+    Its rehearse turns are the oracle's.
     """
 
     name = "noisy-oracle"
@@ -66,8 +67,11 @@ class NoisyOracle(OracleAgent):
             return gold
         firsts = [a["turns"][0]["calls"] for a in obs.get(PRIVATE_KEY, ())]
         failed = {call_key(c["name"], c["arguments"]) for calls in firsts for c in calls if c["error"]}
-        verified = {frozenset(call_key(c["name"], c["arguments"]) for c in calls) for calls in firsts
-                    if calls and not any(c["error"] for c in calls)}
+        verified = {
+            frozenset(call_key(c["name"], c["arguments"]) for c in calls)
+            for calls in firsts
+            if calls and not any(c["error"] for c in calls)
+        }
         for _ in range(self.redraws + 1):
             action = self._noisy(gold)
             keys = frozenset(call_key(c.name, c.arguments) for c in parse_act(action)[1])
@@ -93,8 +97,9 @@ class NoisyOracle(OracleAgent):
             return None
         for _ in range(8):
             if self.rng.random() < 0.25:
-                others = [t for t in tools.names if t != name
-                          and set(tools.by_name[t].get("required", [])) <= set(arguments)]
+                others = [
+                    t for t in tools.names if t != name and set(tools.by_name[t].get("required", [])) <= set(arguments)
+                ]
                 if not others:
                     continue
                 other = self.rng.choice(others)
@@ -130,8 +135,13 @@ class NoisyOracle(OracleAgent):
         digits = [i for i, ch in enumerate(value) if ch.isdigit()]
         if digits:
             i = self.rng.choice(digits)
-            return value[:i] + self.rng.choice([d for d in "0123456789" if d != value[i]]) + value[i + 1:]
-        pool = sorted({v for c in self._unwrapped.suite.grader.gold_calls(self._unwrapped.episode.task)
-                       for _, v in _leaves(c["arguments"]) if isinstance(v, str) and v != value
-                       and not re.search(r"\d", v)})
+            return value[:i] + self.rng.choice([d for d in "0123456789" if d != value[i]]) + value[i + 1 :]
+        pool = sorted(
+            {
+                v
+                for c in self._unwrapped.suite.grader.gold_calls(self._unwrapped.episode.task)
+                for _, v in _leaves(c["arguments"])
+                if isinstance(v, str) and v != value and not re.search(r"\d", v)
+            }
+        )
         return self.rng.choice(pool) if pool else value + "s"

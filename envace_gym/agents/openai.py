@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from envace_gym.agents.base import Agent
 from envace_gym.agents.prompting import is_inline_rehearsal
-from envace_gym.openai_client import ChatEndpoint
 from envace_gym.messages import format_tool_call
+from envace_gym.openai_client import ChatEndpoint
 from envace_gym.rehearse_prompts import prompted_messages
 
 
@@ -18,10 +18,14 @@ def to_api_messages(messages: list[dict]) -> list[dict]:
     for m in messages:
         m = dict(m)
         if m.get("tool_calls"):
-            m["tool_calls"] = [{"id": c["id"], "type": "function",
-                                "function": {"name": c["function"]["name"],
-                                             "arguments": json.dumps(c["function"]["arguments"])}}
-                               for c in m["tool_calls"]]
+            m["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"])},
+                }
+                for c in m["tool_calls"]
+            ]
         if m["role"] == "tool":
             m = {"role": "tool", "tool_call_id": m["tool_call_id"], "content": m["content"]}
         out.append(m)
@@ -39,8 +43,19 @@ class OpenAIAgent(Agent):
     ``concurrency`` calls at once; a failing server raises ``ModelServerError`` naming the URL.
     """
 
-    def __init__(self, model: str, base_url: str, env=None, *, api_key: str = "EMPTY", concurrency: int = 8,
-                 max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None, **endpoint):
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        env=None,
+        *,
+        api_key: str = "EMPTY",
+        concurrency: int = 8,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        **endpoint,
+    ):
         self.endpoint = ChatEndpoint(base_url, model, api_key, **endpoint)
         self.concurrency = concurrency
         self.sampling = {"max_tokens": max_tokens, "temperature": temperature}
@@ -60,8 +75,10 @@ class OpenAIAgent(Agent):
             try:
                 arguments = json.loads(call.function.arguments or "{}")
             except ValueError:  # keep it: the env answers with malformed_call
-                parts.append(f'<tool_call>{{"name": {json.dumps(call.function.name)}, '
-                             f'"arguments": {json.dumps(call.function.arguments)}}}</tool_call>')
+                parts.append(
+                    f'<tool_call>{{"name": {json.dumps(call.function.name)}, '
+                    f'"arguments": {json.dumps(call.function.arguments)}}}</tool_call>'
+                )
                 continue
             parts.append(format_tool_call(call.function.name, arguments))
         return "\n".join(p for p in parts if p)

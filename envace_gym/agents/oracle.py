@@ -44,9 +44,11 @@ class OracleAgent(Agent):
         if env is None:
             raise ValueError("the oracle needs the env it plays in: load('oracle', env=env)")
         if not isinstance(env.unwrapped, EnvACEEnv):
-            raise ValueError(f"the oracle reads the gold answers of an env in this process, and a "
-                             f"{type(env.unwrapped).__name__} has none (gold answers never cross the wire): "
-                             "play a remote env with a model agent, or with actions recorded in process")
+            raise ValueError(
+                f"the oracle reads the gold answers of an env in this process, and a "
+                f"{type(env.unwrapped).__name__} has none (gold answers never cross the wire): "
+                "play a remote env with a model agent, or with actions recorded in process"
+            )
         self.env = env
         self._episode = None
         self._plan: list = []
@@ -84,8 +86,9 @@ class OracleAgent(Agent):
         turns (a hostile or private-rehearsal agent's) skip no gold step, in forks too."""
         episode = self._unwrapped.episode
         made = Counter(recording_key(c.name, c.arguments) for c in episode.calls if c.requestor == "assistant")
-        said = Counter((m.get("content") or "").strip() for m in episode.messages[self._opening:]
-                       if m["role"] == "assistant")
+        said = Counter(
+            (m.get("content") or "").strip() for m in episode.messages[self._opening :] if m["role"] == "assistant"
+        )
         for i, step in enumerate(self._plan):
             calls, done = (_text_step_needs if isinstance(step, str) else _step_needs)(step)
             pool = made if calls else said
@@ -96,4 +99,4 @@ class OracleAgent(Agent):
 
     def turns_taken(self, obs: dict) -> int:
         """The act turns taken so far in the episode ``obs`` shows (one assistant message each)."""
-        return sum(m["role"] == "assistant" for m in obs["messages"][self._opening:])
+        return sum(m["role"] == "assistant" for m in obs["messages"][self._opening :])

@@ -25,7 +25,8 @@ KEPT_CHARS = 500  # of each response in the record's private context
 JUDGE_PROMPT = (
     "You rate an imagined continuation of your own conversation with a user and tools; its tool "
     "responses were imagined, not real. Reply with one number from 0 (it fails the user's request) "
-    "to 10 (it completes the request correctly) and nothing else.")
+    "to 10 (it completes the request correctly) and nothing else."
+)
 MAX_BUDGET = 64  # attempts per committed turn
 MAX_TURNS = 32  # generations (act and rehearse turns) per attempt
 MAX_SECONDS = 120.0  # of rehearsal per committed turn
@@ -84,22 +85,31 @@ class Attempt:
 
     def view(self, chars: int | None = None) -> dict:
         """The attempt as data, responses cut to ``chars``."""
-        return {"errors": self.errors, "cut": self.cut, "turns": [
-            {"text": t["text"], "calls": [{**c, "response": c["response"][:chars]} for c in t["calls"]]}
-            for t in self.turns]}
+        return {
+            "errors": self.errors,
+            "cut": self.cut,
+            "turns": [
+                {"text": t["text"], "calls": [{**c, "response": c["response"][:chars]} for c in t["calls"]]}
+                for t in self.turns
+            ],
+        }
 
 
 def digest(attempts: list[Attempt]) -> str:
     """The attempts in words, for the agent's private context."""
-    lines = [f"Private rehearsal: you imagined {len(attempts)} attempt(s) of your next steps. Their tool "
-             "responses were imagined, not real, and the user saw none of this."]
+    lines = [
+        f"Private rehearsal: you imagined {len(attempts)} attempt(s) of your next steps. Their tool "
+        "responses were imagined, not real, and the user saw none of this."
+    ]
     for k, attempt in enumerate(attempts, 1):
         lines.append(f"Attempt {k} ({attempt.errors} error response(s)):")
         for turn in attempt.turns:
             if turn["text"]:
                 lines.append(f"  said: {turn['text'][:SHOWN_CHARS]}")
-            lines += [f"  called {c['name']}({json.dumps(c['arguments'])}) -> {c['response'][:SHOWN_CHARS]}"
-                      for c in turn["calls"]]
+            lines += [
+                f"  called {c['name']}({json.dumps(c['arguments'])}) -> {c['response'][:SHOWN_CHARS]}"
+                for c in turn["calls"]
+            ]
     lines.append("Now take your next step in the real conversation.")
     return "\n".join(lines)
 
@@ -107,8 +117,11 @@ def digest(attempts: list[Attempt]) -> str:
 def private_observation(obs: dict, attempts: list[Attempt]) -> dict:
     """``obs`` with the attempts in the agent's private context: a closing system message (the
     digest) and, as data, ``obs["private_rehearsal"]``. The episode never sees either."""
-    return {**obs, "messages": [*obs["messages"], {"role": "system", "content": digest(attempts)}],
-            PRIVATE_KEY: [a.view() for a in attempts]}
+    return {
+        **obs,
+        "messages": [*obs["messages"], {"role": "system", "content": digest(attempts)}],
+        PRIVATE_KEY: [a.view() for a in attempts],
+    }
 
 
 class _Branch:
@@ -142,13 +155,16 @@ class _Branch:
             self.actions.append(action)
         # the branch's reward and info (gold-derived at its end) stay here
         self.obs, _, terminated, truncated, _ = self.env.step(action)
-        self.done = terminated or truncated or (
-            horizon is not None and len(self.actions) >= horizon and self.obs["role"] == "act")
+        self.done = (
+            terminated
+            or truncated
+            or (horizon is not None and len(self.actions) >= horizon and self.obs["role"] == "act")
+        )
 
     def attempt(self) -> Attempt:
         ep = self.env.episode
-        records = {c.id: c for c in ep.calls[self.calls_start:]}
-        messages = list(ep.messages[self.start:])
+        records = {c.id: c for c in ep.calls[self.calls_start :]}
+        messages = list(ep.messages[self.start :])
         turns, actions = [], iter(self.actions)
         for m in messages:
             if m["role"] == "assistant":
@@ -156,8 +172,9 @@ class _Branch:
             elif m["role"] == "tool" and turns and m.get("tool_call_id") in records:
                 c = records[m["tool_call_id"]]
                 error = c.error or ("error" if is_error(m["content"]) else None)
-                turns[-1]["calls"].append({"name": c.name, "arguments": c.arguments, "response": m["content"],
-                                           "error": error})
+                turns[-1]["calls"].append(
+                    {"name": c.name, "arguments": c.arguments, "response": m["content"], "error": error}
+                )
         if self.unsent is not None:
             text, _ = parse_act(self.unsent)
             turns.append({"action": self.unsent, "text": text, "calls": []})
@@ -185,9 +202,9 @@ class PrivateRehearsal(Agent):
     first turn). Remaining ties go to the earliest attempt.
 
     Branches never execute a real call (a world model that runs worlds, the oracle, is refused on
-    suites whose worlds are servers: :attr:`~envace_gym.suite.Suite.private_worlds`), and nothing of their rewards, info or the task's
-    gold reaches the agent or the scorer: they see the committed conversation and the
-    attempts' turns and responses. The private context stays out of the episode; it is
+    suites whose worlds are servers: :attr:`~envace_gym.suite.Suite.private_worlds`), and nothing
+    of their rewards, info or the task's gold reaches the agent or the scorer: they see the
+    committed conversation and the attempts' turns and responses. The private context stays out of the episode; it is
     kept in :attr:`private_context`. :attr:`info` holds the current episode's accounting
     (``rehearsal_attempts``, ``rehearsal_turns``, ``rehearsal_tokens``: generated tokens,
     exact for token agents and counted as words and symbols for others,
@@ -198,9 +215,19 @@ class PrivateRehearsal(Agent):
     One wrapper plays in one env; budget 0 is ``agent`` unchanged.
     """
 
-    def __init__(self, agent: Agent, env: gym.Env, budget: int = 4, mode: str = "parallel",
-                 select: str = "best", world_model: Agent | None = None, horizon: int | None = None,
-                 scorer: str | Callable = "errors", max_turns: int = MAX_TURNS, max_seconds: float = MAX_SECONDS):
+    def __init__(
+        self,
+        agent: Agent,
+        env: gym.Env,
+        budget: int = 4,
+        mode: str = "parallel",
+        select: str = "best",
+        world_model: Agent | None = None,
+        horizon: int | None = None,
+        scorer: str | Callable = "errors",
+        max_turns: int = MAX_TURNS,
+        max_seconds: float = MAX_SECONDS,
+    ):
         if env is None:
             raise ValueError("private rehearsal forks the episode of the env it plays in: pass env=")
         if not isinstance(budget, int) or budget < 0:
@@ -215,16 +242,21 @@ class PrivateRehearsal(Agent):
             raise ValueError(f"horizon must be None or an integer >= 1, got {horizon!r}")
         rehearser = world_model or agent
         if budget and rehearser.runs_worlds and not env.unwrapped.suite.private_worlds:
-            raise ValueError(f"the {rehearser.name} world model answers by running the calls on a world, and "
-                             f"{env.unwrapped.suite.name}'s worlds are server sessions whose effects leave this "
-                             "process; private rehearsal runs no real call: use world_model='knn' or a model")
+            raise ValueError(
+                f"the {rehearser.name} world model answers by running the calls on a world, and "
+                f"{env.unwrapped.suite.name}'s worlds are server sessions whose effects leave this "
+                "process; private rehearsal runs no real call: use world_model='knn' or a model"
+            )
         self.agent, self.env, self.budget, self.mode, self.select = agent, env, budget, mode, select
         if budget > MAX_BUDGET or max_turns < 1 or not max_seconds > 0:
             raise ValueError(f"budget must be at most {MAX_BUDGET}, max_turns >= 1 and max_seconds > 0")
         self.world_model, self.horizon, self.scorer = world_model, horizon, scorer
         self.max_turns, self.max_seconds = max_turns, max_seconds
-        self.name = agent.name if budget == 0 else (
-            f"{agent.name}+rehearsal(N={budget},{mode},{select},{(world_model or agent).name})")
+        self.name = (
+            agent.name
+            if budget == 0
+            else (f"{agent.name}+rehearsal(N={budget},{mode},{select},{(world_model or agent).name})")
+        )
         self._episode = None
         self._stats, self.private_context = dict(ZERO), []
 
@@ -232,8 +264,9 @@ class PrivateRehearsal(Agent):
     def info(self) -> dict:
         """The current episode's accounting, and the committed calls the world answered (``real_calls``)."""
         calls = self.env.unwrapped.episode.calls if self.env.unwrapped.episode is not None else []
-        return self.episode_stats() | {"real_calls": sum(c.source == "real" and c.requestor == "assistant"
-                                                         for c in calls)}
+        return self.episode_stats() | {
+            "real_calls": sum(c.source == "real" and c.requestor == "assistant" for c in calls)
+        }
 
     def episode_stats(self) -> dict:
         """The current episode's fields of a run record: the accounting, and the private context
@@ -248,8 +281,18 @@ class PrivateRehearsal(Agent):
             self.world_model.reseed(seed)
 
     def bind(self, env: gym.Env) -> PrivateRehearsal:
-        return PrivateRehearsal(self.agent.bind(env), env, self.budget, self.mode, self.select,
-                                self.world_model, self.horizon, self.scorer, self.max_turns, self.max_seconds)
+        return PrivateRehearsal(
+            self.agent.bind(env),
+            env,
+            self.budget,
+            self.mode,
+            self.select,
+            self.world_model,
+            self.horizon,
+            self.scorer,
+            self.max_turns,
+            self.max_seconds,
+        )
 
     def act_batch(self, observations: list[dict]) -> list:
         if self.budget == 0:
@@ -269,8 +312,13 @@ class PrivateRehearsal(Agent):
         chosen = self._choose(obs, attempts)
         self._stats["rehearsal_attempts"] += len(attempts)
         self._stats["rehearsal_seconds"] += time.perf_counter() - start
-        self.private_context.append({"position": len(obs["messages"]),  # of the committed turn in messages
-                                     "attempts": [a.view(KEPT_CHARS) for a in attempts], "chosen": chosen})
+        self.private_context.append(
+            {
+                "position": len(obs["messages"]),  # of the committed turn in messages
+                "attempts": [a.view(KEPT_CHARS) for a in attempts],
+                "chosen": chosen,
+            }
+        )
         if chosen is None:
             return self.agent.act(private_observation(obs, attempts))
         return attempts[chosen].first
@@ -331,8 +379,9 @@ class PrivateRehearsal(Agent):
             actions = [g.text for g in generations]
         else:
             actions = agent.act_batch(observations)
-            self._stats["rehearsal_tokens"] += sum(len(TOKEN_RE.findall(a if isinstance(a, str) else json.dumps(a)))
-                                                   for a in actions)
+            self._stats["rehearsal_tokens"] += sum(
+                len(TOKEN_RE.findall(a if isinstance(a, str) else json.dumps(a))) for a in actions
+            )
         self._stats["rehearsal_turns"] += len(observations)
         return actions
 
@@ -360,10 +409,24 @@ class PrivateRehearsal(Agent):
         if self.scorer == "errors":  # fewest errors in the first turn, then in the second, ...
             width = max(len(a.turns) for a in attempts)
             return [tuple(-e for e in a.turn_errors + [0] * (width - len(a.turns))) for a in attempts]
-        prompts = [{"role": "act", "tools": [], "tool_call": None, "messages": [
-            {"role": "system", "content": JUDGE_PROMPT},
-            {"role": "user", "content": "The conversation so far:\n" + transcript(obs["messages"][1:])[-8000:]
-             + "\n\nThe imagined continuation:\n" + transcript(a.messages)[-8000:]}]} for a in attempts]
+        prompts = [
+            {
+                "role": "act",
+                "tools": [],
+                "tool_call": None,
+                "messages": [
+                    {"role": "system", "content": JUDGE_PROMPT},
+                    {
+                        "role": "user",
+                        "content": "The conversation so far:\n"
+                        + transcript(obs["messages"][1:])[-8000:]
+                        + "\n\nThe imagined continuation:\n"
+                        + transcript(a.messages)[-8000:],
+                    },
+                ],
+            }
+            for a in attempts
+        ]
         return [self._rating(text) for text in self._generate(self.agent, prompts)]
 
     @staticmethod

@@ -102,10 +102,13 @@ def render_prompt(tokenizer, obs: dict) -> tuple[str, str | None]:
     tools = defused_tools(tokenizer, obs["tools"] or None)
     messages = defused(tokenizer, obs["messages"])
     if not is_inline_rehearsal(obs):
-        return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                             tokenize=False), None
-    pending = {"role": "tool", "tool_call_id": obs["tool_call"]["id"], "name": obs["tool_call"]["name"],
-               "content": SENTINEL}
+        return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False), None
+    pending = {
+        "role": "tool",
+        "tool_call_id": obs["tool_call"]["id"],
+        "name": obs["tool_call"]["name"],
+        "content": SENTINEL,
+    }
     text = tokenizer.apply_chat_template(messages + [pending], tools=tools, tokenize=False)
     prefix, _, suffix = text.rpartition(SENTINEL)  # the last one: a message may hold the sentinel too
     closing = suffix.strip().split("\n")[0]

@@ -27,6 +27,5 @@ class VectorOracle(Agent):
 
     def act_batch(self, observations) -> list[str]:
         if len(observations) != self.venv.num_envs:
-            raise ValueError(f"expected {self.venv.num_envs} observations (one per sub-env), "
-                             f"got {len(observations)}")
+            raise ValueError(f"expected {self.venv.num_envs} observations (one per sub-env), got {len(observations)}")
         return list(self.venv.call("act_with", OracleAgent))

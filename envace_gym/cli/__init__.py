@@ -14,16 +14,18 @@ from envace_gym.training.config import SFTConfig, TrainConfig
 def build_app() -> typer.Typer:
     """The command line, with the options of ``run``, ``train`` and ``sft`` built now from their
     config dataclasses' fields."""
-    app = typer.Typer(add_completion=False, no_args_is_help=False,
-                      help="LLM tool-use tasks as Gymnasium envs with real or rehearsed dynamics.")
+    app = typer.Typer(
+        add_completion=False,
+        no_args_is_help=False,
+        help="LLM tool-use tasks as Gymnasium envs with real or rehearsed dynamics.",
+    )
     app.command("list")(envs.list_envs)
     app.command("tasks")(envs.list_tasks)
     app.command("tiny-model")(training.tiny_model_command)
     app.command("run")(config_command(episodes.run, RunConfig, episodes.RUN_FIELDS, first=episodes.RUN_PARAMS))
     app.command("compare")(episodes.compare)
     app.command("view")(episodes.view)
-    app.command("train")(config_command(training.train, TrainConfig, training.TRAINING_FIELDS,
-                                        last=(training.RESUME,)))
+    app.command("train")(config_command(training.train, TrainConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))
     app.command("sft")(config_command(training.sft, SFTConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))
     app.command("serve")(envs.serve)
     return app

@@ -31,8 +31,7 @@ def list_envs(
     for column in ("suite", "tasks", "splits (tasks; * default)"):
         table.add_column(column)
     for r in rows:
-        splits = " · ".join(f"{name} {n}{'*' if name == r['default_split'] else ''}"
-                            for name, n in r["splits"].items())
+        splits = " · ".join(f"{name} {n}{'*' if name == r['default_split'] else ''}" for name, n in r["splits"].items())
         if "unavailable" in r:
             table.add_row(r["id"], "-", "-", f"unavailable: {r['unavailable']}")
         else:
@@ -55,8 +54,13 @@ def list_tasks(
         rows = []
         for task_id in ids:
             task = suite.task(task_id)
-            rows.append({"task_id": task_id, "summary": " ".join(suite.summary(task).split())[:100],
-                         "gold_calls": len(suite.gold_calls(task)) if suite.has_gold(task) else None})
+            rows.append(
+                {
+                    "task_id": task_id,
+                    "summary": " ".join(suite.summary(task).split())[:100],
+                    "gold_calls": len(suite.gold_calls(task)) if suite.has_gold(task) else None,
+                }
+            )
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -74,11 +78,15 @@ def describe(env_id: str) -> dict:
     try:
         env = gym.make(env_id).unwrapped
     except ImportError as e:
-        return {"id": env_id, "suite": None, "tasks": None, "default_split": None, "splits": {},
-                "unavailable": str(e)}
+        return {"id": env_id, "suite": None, "tasks": None, "default_split": None, "splits": {}, "unavailable": str(e)}
     suite = env.suite
-    return {"id": env_id, "suite": suite.name, "tasks": len(suite.task_ids(None)), "default_split": env.split,
-            "splits": {split: len(suite.task_ids(split)) for split in suite.splits()}}
+    return {
+        "id": env_id,
+        "suite": suite.name,
+        "tasks": len(suite.task_ids(None)),
+        "default_split": env.split,
+        "splits": {split: len(suite.task_ids(split)) for split in suite.splits()},
+    }
 
 
 def serve(
@@ -86,23 +94,44 @@ def serve(
     env: ENV_OPT = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
-    max_sessions: Annotated[int, typer.Option(help="Concurrent sessions (one env each); more are refused with "
-                                                   "CAPACITY_REACHED.")] = 8,
-    session_timeout: Annotated[float, typer.Option(help="Seconds a session may stay idle before it is closed "
-                                                        "(0: never).")] = 300.0,
-    dynamics: Annotated[str, typer.Option(help=f"Default dynamics ({', '.join(envace_gym.DYNAMICS)}); a client "
-                                               "may choose per episode in reset's options.")] = "real",
+    max_sessions: Annotated[
+        int, typer.Option(help="Concurrent sessions (one env each); more are refused with CAPACITY_REACHED.")
+    ] = 8,
+    session_timeout: Annotated[
+        float, typer.Option(help="Seconds a session may stay idle before it is closed (0: never).")
+    ] = 300.0,
+    dynamics: Annotated[
+        str,
+        typer.Option(
+            help=f"Default dynamics ({', '.join(envace_gym.DYNAMICS)}); a client "
+            "may choose per episode in reset's options."
+        ),
+    ] = "real",
     split: SPLIT = None,
     task_ids: TASK_IDS = None,
     user: Annotated[str, typer.Option(help="scripted, or llm:MODEL@BASE_URL.")] = "scripted",
     reward: Annotated[Optional[str], typer.Option(help="Reward source (default by dynamics).")] = None,
     max_turns: Annotated[int, typer.Option(help="Agent turns before truncation.")] = 50,
-    token: Annotated[Optional[str], typer.Option(envvar="ENVACE_SERVE_TOKEN", show_envvar=True, help=(
-        "A shared secret every request must carry (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=); "
-        "set it whenever --host is not a loopback address."))] = None,
-    allow_origin: Annotated[Optional[list[str]], typer.Option(help=(
-        "A browser origin allowed to use the server besides loopback ones, e.g. https://lab.example (repeat; "
-        "'*': any page)."))] = None,
+    token: Annotated[
+        Optional[str],
+        typer.Option(
+            envvar="ENVACE_SERVE_TOKEN",
+            show_envvar=True,
+            help=(
+                "A shared secret every request must carry (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=); "
+                "set it whenever --host is not a loopback address."
+            ),
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help=(
+                "A browser origin allowed to use the server besides loopback ones, e.g. https://lab.example (repeat; "
+                "'*': any page)."
+            )
+        ),
+    ] = None,
     max_connections: Annotated[int, typer.Option(help="Open connections at once; more are answered 503.")] = 64,
 ) -> None:
     """Serve an env over OpenEnv's wire protocol: one env per WebSocket session (/ws)."""
@@ -111,14 +140,27 @@ def serve(
         from envace_gym.integrations.openenv.server import EnvServer, run_server
 
         env_id = resolve_env(given_env(env_id, env))
-        kwargs = env_kwargs(env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns,
-                            **user_option(user))
-        server = EnvServer(env_id, max_sessions, session_timeout or None, token=token,
-                           allow_origins=tuple(allow_origin or ()), max_connections=max_connections, **kwargs)
-    console.print(f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
-                  f"at most {max_sessions} sessions · Ctrl-C stops", soft_wrap=True)
+        kwargs = env_kwargs(
+            env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns, **user_option(user)
+        )
+        server = EnvServer(
+            env_id,
+            max_sessions,
+            session_timeout or None,
+            token=token,
+            allow_origins=tuple(allow_origin or ()),
+            max_connections=max_connections,
+            **kwargs,
+        )
+    console.print(
+        f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
+        f"at most {max_sessions} sessions · Ctrl-C stops",
+        soft_wrap=True,
+    )
     if not is_loopback(host) and token is None:
-        console.print(f"[yellow]warning:[/yellow] {host} is reachable from other machines and no --token is set: "
-                      "anyone who can reach the port can play episodes and make the env's real tool calls",
-                      soft_wrap=True)
+        console.print(
+            f"[yellow]warning:[/yellow] {host} is reachable from other machines and no --token is set: "
+            "anyone who can reach the port can play episodes and make the env's real tool calls",
+            soft_wrap=True,
+        )
     run_server(server, host, port)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from collections.abc import Callable
 from typing import Annotated, Optional
 
 import typer
@@ -17,8 +17,7 @@ from rich.progress import track
 from rich.table import Table
 
 from envace_gym import agents
-from envace_gym.cli.options import (ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env,
-                                    param)
+from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
 from envace_gym.cli.output import console, fail, progress, user_errors
 from envace_gym.compare import METRICS, compare_calls, plot, summarize
 from envace_gym.records import write_record
@@ -38,11 +37,16 @@ def run(options: dict, env_id: str | None, env: str | None) -> None:
         config = config_from(RunConfig, {**options, "env_id": given_env(env_id, env)}, RUN_FIELDS)
         job = Run(config)
     if job.earlier:
-        console.print(f"{len(job.episodes) - len(job.todo)} of {len(job.episodes)} episodes already in {job.out}; "
-                      f"playing {len(job.todo)}", soft_wrap=True)
+        console.print(
+            f"{len(job.episodes) - len(job.todo)} of {len(job.episodes)} episodes already in {job.out}; "
+            f"playing {len(job.todo)}",
+            soft_wrap=True,
+        )
     records, failures = list(job.earlier), 0
-    with user_errors(), progress(len(job.todo), f"{job.env_id} {config.agent} {config.dynamics}",
-                                 "episodes") as advance:
+    with (
+        user_errors(),
+        progress(len(job.todo), f"{job.env_id} {config.agent} {config.dynamics}", "episodes") as advance,
+    ):
         job.on_turn = turn_counter(job, advance)
         with closing(iter(job)) as stream:
             try:
@@ -51,12 +55,18 @@ def run(options: dict, env_id: str | None, env: str | None) -> None:
                     failures += bool(record.get("error"))
                     advance(f"[red]{failures} failed[/red]" if failures else "")
                     if record["ended_by"] in ("agent_error", "worker_error"):
-                        console.print(f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
-                                      f"{escape(' '.join(record['error'].split()))}", soft_wrap=True)
+                        console.print(
+                            f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
+                            f"{escape(' '.join(record['error'].split()))}",
+                            soft_wrap=True,
+                        )
             except KeyboardInterrupt:
-                console.print(f"interrupted: {len(records)} of {len(job.episodes)} episodes in {job.out}; "
-                              "the same command with --resume plays the rest", soft_wrap=True)
-                raise typer.Exit(130)
+                console.print(
+                    f"interrupted: {len(records)} of {len(job.episodes)} episodes in {job.out}; "
+                    "the same command with --resume plays the rest",
+                    soft_wrap=True,
+                )
+                raise typer.Exit(130) from None
     if not records:
         fail("no episode to run")
     print_run(job, records)
@@ -73,9 +83,12 @@ def turn_counter(job: Run, advance) -> Callable[[int, float], None]:
             rounds = math.ceil(len(job.todo) / max(1, len(job.envs)))
             longest = seconds * job.max_turns * rounds
             if longest > 60:
-                console.print(f"the first turn took {seconds:.1f} s: {len(job.todo)} episodes of up to "
-                              f"{job.max_turns} turns may take up to {longest / 60:.0f} min (--limit or --max-turns "
-                              "shorten it; a model server, e.g. vllm:PATH@URL, speeds it up)", soft_wrap=True)
+                console.print(
+                    f"the first turn took {seconds:.1f} s: {len(job.todo)} episodes of up to "
+                    f"{job.max_turns} turns may take up to {longest / 60:.0f} min (--limit or --max-turns "
+                    "shorten it; a model server, e.g. vllm:PATH@URL, speeds it up)",
+                    soft_wrap=True,
+                )
         turns += n
         advance(f"{turns} turns · {seconds:.1f} s the last", step=0)
 
@@ -86,15 +99,23 @@ def print_run(job: Run, records: list[dict]) -> None:
     """A run's table (or, over :data:`MAX_ROWS` episodes, its episodes by how they ended), its mean
     reward, its rehearsal cost; exit code 1 when an episode failed."""
     c = job.config
-    settings = (f" · private rehearsal N={c.rehearsal_budget} {c.rehearsal_mode} {c.rehearsal_select}"
-                f"{f' world model {c.world_model}' if c.world_model else ''}" if c.rehearsal_budget else "")
+    settings = (
+        f" · private rehearsal N={c.rehearsal_budget} {c.rehearsal_mode} {c.rehearsal_select}"
+        f"{f' world model {c.world_model}' if c.world_model else ''}"
+        if c.rehearsal_budget
+        else ""
+    )
     title = f"{job.env_id} · {c.agent} · {c.dynamics}{settings}"
     if len(records) > MAX_ROWS:
         ended: dict[str, list[float]] = {}
         for r in records:
             ended.setdefault(str(r["ended_by"]), []).append(r["reward"])
-        table = Table("ended by", "episodes", "mean reward", title=f"{title} · {len(records)} episodes by how "
-                                                                   "they ended (each in the records)")
+        table = Table(
+            "ended by",
+            "episodes",
+            "mean reward",
+            title=f"{title} · {len(records)} episodes by how they ended (each in the records)",
+        )
         for how, rewards in ended.items():
             table.add_row(how, str(len(rewards)), f"{statistics.fmean(rewards):.3f}")
     else:
@@ -103,28 +124,44 @@ def print_run(job: Run, records: list[dict]) -> None:
         for column in ("seed", "reward", "source", "turns", "calls", "ended by", "seconds"):
             table.add_column(column)
         for r in records:
-            table.add_row(r["task_id"], str(r["seed"]), f"{r['reward']:.2f}", r["reward_source"], str(r["turns"]),
-                          str(r["tool_calls"]), str(r["ended_by"]), f"{r['seconds']:.3f}")
+            table.add_row(
+                r["task_id"],
+                str(r["seed"]),
+                f"{r['reward']:.2f}",
+                r["reward_source"],
+                str(r["turns"]),
+                str(r["tool_calls"]),
+                str(r["ended_by"]),
+                f"{r['seconds']:.3f}",
+            )
     console.print(table)
     rewards = [r["reward"] for r in records]
-    error = (f" ± {statistics.stdev(rewards) / math.sqrt(len(rewards)):.3f} (standard error)"
-             if len(rewards) > 1 else "")
-    console.print(f"mean reward {statistics.fmean(rewards):.3f}{error} over {len(records)} episodes · "
-                  f"records in {job.out}", soft_wrap=True)
+    error = f" ± {statistics.stdev(rewards) / math.sqrt(len(rewards)):.3f} (standard error)" if len(rewards) > 1 else ""
+    console.print(
+        f"mean reward {statistics.fmean(rewards):.3f}{error} over {len(records)} episodes · records in {job.out}",
+        soft_wrap=True,
+    )
     console.print(f"view them: envace-gym view {job.out}", soft_wrap=True)
     if job.reward_note:
         console.print(f"note: {job.reward_note}", soft_wrap=True)
     if c.rehearsal_budget:
-        mean = {k: statistics.fmean(r[k] for r in records) for k in
-                ("real_calls", "rehearsal_attempts", "rehearsal_tokens", "rehearsal_seconds")}
-        console.print(f"per episode: {mean['real_calls']:.1f} real calls · {mean['rehearsal_attempts']:.1f} private "
-                      f"attempts · {mean['rehearsal_tokens']:.0f} rehearsal tokens · "
-                      f"{mean['rehearsal_seconds']:.2f} s rehearsing", soft_wrap=True)
+        mean = {
+            k: statistics.fmean(r[k] for r in records)
+            for k in ("real_calls", "rehearsal_attempts", "rehearsal_tokens", "rehearsal_seconds")
+        }
+        console.print(
+            f"per episode: {mean['real_calls']:.1f} real calls · {mean['rehearsal_attempts']:.1f} private "
+            f"attempts · {mean['rehearsal_tokens']:.0f} rehearsal tokens · "
+            f"{mean['rehearsal_seconds']:.2f} s rehearsing",
+            soft_wrap=True,
+        )
     failed = [r for r in records if r.get("error")]
     if failed:  # their reward 0 is no score: say so, and exit non-zero
-        console.print(f"[red]{len(failed)} of {len(records)} episodes failed[/red] (scored 0; each record's "
-                      f"error says why), the first: {escape(' '.join(str(failed[0]['error']).split())[:300])}",
-                      soft_wrap=True)
+        console.print(
+            f"[red]{len(failed)} of {len(records)} episodes failed[/red] (scored 0; each record's "
+            f"error says why), the first: {escape(' '.join(str(failed[0]['error']).split())[:300])}",
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
 
 
@@ -137,11 +174,16 @@ def compare(
     task_ids: TASK_IDS = None,
     limit: LIMIT = None,
     seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
-    workers: Annotated[Optional[int], typer.Option(help="Ray workers playing the episodes (each its own env and "
-                                                        "agents). Default: this process alone.")] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Ray workers playing the episodes (each its own env and agents). Default: this process alone."
+        ),
+    ] = None,
     ray_address: RAY_ADDRESS = None,
-    out: Annotated[Optional[Path], typer.Option(help="JSONL file for the records (default: "
-                                                     "runs/ENV-AGENT-compare.jsonl).")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option(help="JSONL file for the records (default: runs/ENV-AGENT-compare.jsonl).")
+    ] = None,
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
@@ -158,16 +200,18 @@ def compare(
             from envace_gym.distributed import WorkerSpec, run_distributed
 
             episodes = [(task_id, seed + i) for i, task_id in enumerate(ids)]
-            stream = run_distributed(WorkerSpec(given, actor, make_kwargs, rehearser=agent), episodes, workers,
-                                     ray_address)
+            stream = run_distributed(
+                WorkerSpec(given, actor, make_kwargs, rehearser=agent), episodes, workers, ray_address
+            )
         out = records_file(out, env_id, agent, "compare")
     records, failed = [], []
     with user_errors(), out.open("w") as f:
         for record in track(stream, total=None, description=f"{env_id} {agent} vs real", console=console):
             if record.get("tool") is None:  # an episode whose worker kept failing
                 failed.append(record)
-                console.print(f"[red]task {escape(record['task_id'])} failed:[/red] {escape(record['error'])}",
-                              soft_wrap=True)
+                console.print(
+                    f"[red]task {escape(record['task_id'])} failed:[/red] {escape(record['error'])}", soft_wrap=True
+                )
                 continue
             write_record(f, record)
             records.append(record)
@@ -177,8 +221,9 @@ def compare(
     summary = summarize(records)
     table = Table("tool", "calls", *METRICS, title=f"{env_id} · {agent} rehearsing · {actor} acting")
     for tool, row in summary.items():
-        table.add_row(tool, str(row["calls"]), *(f"{row[m]:.3f}" for m in METRICS),
-                      end_section=tool == list(summary)[-2])
+        table.add_row(
+            tool, str(row["calls"]), *(f"{row[m]:.3f}" for m in METRICS), end_section=tool == list(summary)[-2]
+        )
     console.print(table)
     png = out.with_suffix(".png")
     plot(summary, png, f"{env_id}: {agent} rehearsing against the real world")

@@ -22,7 +22,6 @@ from envace_gym.runs import RunConfig
 DEFAULT_ENV = "EnvACE/tau2-retail-v0"
 
 
-
 def given_env(argument: str | None, option: str | None) -> str:
     """A command's env as given, as ENV_ID or ``--env`` (:data:`DEFAULT_ENV` without either)."""
     if argument and option and argument != option:
@@ -79,8 +78,10 @@ def _given(cls: type, declared: dict[str, Given | None]) -> dict[str, Given | No
     """Each field's :class:`Given`: the declared one (None: not an option, the command gives it),
     :data:`PAIRS` for a dict, else the field as it is."""
     hints = get_type_hints(cls)
-    return {f.name: declared[f.name] if f.name in declared else PAIRS if hints[f.name] is dict else Given()
-            for f in fields(cls)}
+    return {
+        f.name: declared[f.name] if f.name in declared else PAIRS if hints[f.name] is dict else Given()
+        for f in fields(cls)
+    }
 
 
 def config_params(cls: type, declared: dict[str, Given | None]) -> list[inspect.Parameter]:
@@ -96,8 +97,14 @@ def config_params(cls: type, declared: dict[str, Given | None]) -> list[inspect.
         else:
             default = how.default
         option = typer.Option(*how.decls, help=f.metadata.get("help"))
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                        annotation=Annotated[how.type or option_type(hints[f.name]), option]))
+        params.append(
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=default,
+                annotation=Annotated[how.type or option_type(hints[f.name]), option],
+            )
+        )
     return params
 
 
@@ -107,8 +114,13 @@ def config_from(cls: type, values: dict, declared: dict[str, Given | None]):
     return cls(**{name: (given[name] or Given()).to_field(value) for name, value in values.items()})
 
 
-def config_command(body: Callable, cls: type, declared: dict[str, Given | None],
-                   first: tuple[inspect.Parameter, ...] = (), last: tuple[inspect.Parameter, ...] = ()) -> Callable:
+def config_command(
+    body: Callable,
+    cls: type,
+    declared: dict[str, Given | None],
+    first: tuple[inspect.Parameter, ...] = (),
+    last: tuple[inspect.Parameter, ...] = (),
+) -> Callable:
     """``body`` as a typer command with the options of ``cls``'s fields (:func:`config_params`, built
     now) between the parameters ``first`` and ``last``; ``body`` is called with a dict of the fields'
     option values (for :func:`config_from`) and the other parameters by name."""
@@ -140,5 +152,6 @@ def param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) ->
 # the options that other commands share with run: its env, as ENV_ID or --env, and its tasks and workers
 ENV_ARG = Annotated[Optional[str], typer.Argument(help=field_help(RunConfig, "env_id"), show_default=False)]
 ENV_OPT = Annotated[Optional[str], typer.Option("--env", help="The env, as ENV_ID.", show_default=DEFAULT_ENV)]
-SPLIT, TASK_IDS, LIMIT, RAY_ADDRESS = (field_option(RunConfig, name) for name in ("split", "task_ids", "limit",
-                                                                                  "ray_address"))
+SPLIT, TASK_IDS, LIMIT, RAY_ADDRESS = (
+    field_option(RunConfig, name) for name in ("split", "task_ids", "limit", "ray_address")
+)

@@ -17,10 +17,16 @@ from envace_gym.registration import resolve_env
 from envace_gym.training.config import ROLES, SFTConfig, TrainConfig
 
 # the config fields that the command line gives otherwise than as themselves
-TRAINING_FIELDS = {"env_id": Given(resolve_env, decls=("--env",), default=DEFAULT_ENV), "roles": COMMAS,
-                   "split": ALL_IS_NONE, "eval_split": ALL_IS_NONE, "source": Given(decls=("--from",))}
-RESUME = param("resume", Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")],
-               False)
+TRAINING_FIELDS = {
+    "env_id": Given(resolve_env, decls=("--env",), default=DEFAULT_ENV),
+    "roles": COMMAS,
+    "split": ALL_IS_NONE,
+    "eval_split": ALL_IS_NONE,
+    "source": Given(decls=("--from",)),
+}
+RESUME = param(
+    "resume", Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")], False
+)
 
 
 def check_split(env_id: str, *splits: str | None) -> None:
@@ -28,8 +34,10 @@ def check_split(env_id: str, *splits: str | None) -> None:
     suite = gym.make(env_id).unwrapped.suite
     for split in splits:
         if split is not None and split not in suite.splits():
-            raise ValueError(f"{env_id} has no split {split!r}; its splits: "
-                             f"{', '.join(suite.splits()) or 'none'} (or 'all': every task)")
+            raise ValueError(
+                f"{env_id} has no split {split!r}; its splits: "
+                f"{', '.join(suite.splits()) or 'none'} (or 'all': every task)"
+            )
 
 
 def train(options: dict, resume: bool) -> None:
@@ -40,17 +48,28 @@ def train(options: dict, resume: bool) -> None:
     """
     from envace_gym.training import Trainer
 
-    config, records = fit(Trainer, TrainConfig, options, resume, "train",
-                          lambda r: f"reward {_spread(r)} · {r['tokens_per_s']:.0f} tokens/s")
+    config, records = fit(
+        Trainer,
+        TrainConfig,
+        options,
+        resume,
+        "train",
+        lambda r: f"reward {_spread(r)} · {r['tokens_per_s']:.0f} tokens/s",
+    )
     if records is None:
         return
     for record in records:
         evaluated = f" · eval reward {_value(record['eval/reward'])}" if "eval/reward" in record else ""
         errors = f" · {record['reward_errors']} episodes left out (reward error)" if record["reward_errors"] else ""
-        flat = " · [yellow]every group scored alike: nothing learnt[/yellow]" if record.get("flat_groups") and \
-            record["flat_groups"] == config.tasks_per_step else ""
-        console.print(f"step {record['step']}: reward {_spread(record)}{evaluated} · "
-                      f"{record['tokens_per_s']:.0f} tokens/s{errors}{flat}")
+        flat = (
+            " · [yellow]every group scored alike: nothing learnt[/yellow]"
+            if record.get("flat_groups") and record["flat_groups"] == config.tasks_per_step
+            else ""
+        )
+        console.print(
+            f"step {record['step']}: reward {_spread(record)}{evaluated} · "
+            f"{record['tokens_per_s']:.0f} tokens/s{errors}{flat}"
+        )
     say_where(config)
 
 
@@ -67,13 +86,16 @@ def sft(options: dict, resume: bool) -> None:
         return
     for record in records:
         held_out = _losses(record, "eval/loss")
-        console.print(f"step {record['step']}: loss {_losses(record, 'loss')}"
-                      f"{' · held-out loss ' + held_out if held_out else ''} · {record['tokens_per_s']:.0f} tokens/s")
+        console.print(
+            f"step {record['step']}: loss {_losses(record, 'loss')}"
+            f"{' · held-out loss ' + held_out if held_out else ''} · {record['tokens_per_s']:.0f} tokens/s"
+        )
     say_where(config)
 
 
-def fit(trainer_class: type, config_class: type, options: dict, resume: bool, command: str,
-        note: Callable[[dict], str]) -> tuple[Any, list[dict] | None]:
+def fit(
+    trainer_class: type, config_class: type, options: dict, resume: bool, command: str, note: Callable[[dict], str]
+) -> tuple[Any, list[dict] | None]:
     """The config of a training command's ``options`` and the records of its training (resumed
     first if asked), with a progress bar noting ``note(record)``; None off the main process."""
     from envace_gym.training import CheckpointError
@@ -101,8 +123,9 @@ def _spread(record: dict) -> str:
 
 def _losses(record: dict, key: str) -> str:
     """``act L · rehearse L`` of a record's per-role losses under ``key/ROLE`` (a role without tokens left out)."""
-    return " · ".join(f"{role} {record[f'{key}/{role}']:.3f}" for role in ROLES
-                      if record.get(f"{key}/{role}") is not None)
+    return " · ".join(
+        f"{role} {record[f'{key}/{role}']:.3f}" for role in ROLES if record.get(f"{key}/{role}") is not None
+    )
 
 
 def say_where(config: TrainConfig | SFTConfig) -> None:
@@ -113,14 +136,19 @@ def say_where(config: TrainConfig | SFTConfig) -> None:
     console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'}")
     last = latest(out)
     if last is not None:
-        console.print(f"last checkpoint: {last}\nplay it: envace-gym run {config.env_id} --agent hf:{last}",
-                      soft_wrap=True)
+        console.print(
+            f"last checkpoint: {last}\nplay it: envace-gym run {config.env_id} --agent hf:{last}", soft_wrap=True
+        )
 
 
 def tiny_model_command(
     path: Annotated[Path, typer.Argument(help="Folder to write the model and tokenizer to.")],
-    env: Annotated[Optional[str], typer.Option("--env", help="Train the tokenizer on this env's gold train "
-                                                            "episodes (short sequences, fast learning).")] = None,
+    env: Annotated[
+        Optional[str],
+        typer.Option(
+            "--env", help="Train the tokenizer on this env's gold train episodes (short sequences, fast learning)."
+        ),
+    ] = None,
     hidden_size: Annotated[int, typer.Option(help="Width (head size 64).")] = 128,
     layers: Annotated[int, typer.Option(help="Transformer layers.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of the random init.")] = 0,
@@ -129,7 +157,10 @@ def tiny_model_command(
     from envace_gym.testing import tiny_model
 
     with user_errors():
-        written = tiny_model(path, hidden_size=hidden_size, layers=layers, seed=seed,
-                             env_id=resolve_env(env) if env else None)
-    console.print(f"tiny model in {written}\nwarm-start it: envace-gym sft --model hf:{written} "
-                  f"--env {env or DEFAULT_ENV}", soft_wrap=True)
+        written = tiny_model(
+            path, hidden_size=hidden_size, layers=layers, seed=seed, env_id=resolve_env(env) if env else None
+        )
+    console.print(
+        f"tiny model in {written}\nwarm-start it: envace-gym sft --model hf:{written} --env {env or DEFAULT_ENV}",
+        soft_wrap=True,
+    )

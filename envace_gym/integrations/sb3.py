@@ -41,8 +41,19 @@ ID_RE = re.compile(r"#\w*\d\w*|\b[A-Za-z][A-Za-z0-9]*[_-][A-Za-z0-9_-]*\d[A-Za-z
 QUOTED_RE = re.compile(r"'([^'\n]{2,80})'|\"([^\"\n]{2,80})\"")
 NUMBER_RE = re.compile(r"(?<![\w.#-])\d+(?:\.\d+)?(?![\w.-])")
 OMIT = object()
-CANDIDATE_FEATURES = ("present", "reply", "finish", "repeated", "tool_used", "args_in_user_text",
-                      "args_linked", "args_named", "n_args", "same_tool_as_last", "slot")
+CANDIDATE_FEATURES = (
+    "present",
+    "reply",
+    "finish",
+    "repeated",
+    "tool_used",
+    "args_in_user_text",
+    "args_linked",
+    "args_named",
+    "n_args",
+    "same_tool_as_last",
+    "slot",
+)
 GLOBAL_FEATURES = ("turn", "calls", "last_call_error", "candidates")
 
 Candidates = Callable[[dict], list[str]]
@@ -55,8 +66,12 @@ class Conversation:
     def __init__(self, obs: dict):
         messages = obs["messages"]
         self.user_text = "\n".join(m["content"] or "" for m in messages[1:] if m["role"] == "user")
-        self.calls = [(c["function"]["name"], c["function"]["arguments"]) for m in messages
-                      if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+        self.calls = [
+            (c["function"]["name"], c["function"]["arguments"])
+            for m in messages
+            if m["role"] == "assistant"
+            for c in m.get("tool_calls", [])
+        ]
         self.responses = [m["content"] or "" for m in messages if m["role"] == "tool"]
         texts = [self.user_text, *self.responses]
         self.ids = list(dict.fromkeys(i for t in texts for i in ID_RE.findall(t)))
@@ -118,8 +133,11 @@ class Conversation:
         for ``user_id``) and those with no word prefix (``#W2378156``), never ``task_3``; the
         ids a tool response ties to the user's words first, then those the user wrote."""
         prefix = prefix.lower()
-        fits = [i for i in self.ids if not re.match(r"[A-Za-z]+[_-]", i.lstrip("#"))
-                or not prefix or i.lower().startswith(prefix)]
+        fits = [
+            i
+            for i in self.ids
+            if not re.match(r"[A-Za-z]+[_-]", i.lstrip("#")) or not prefix or i.lower().startswith(prefix)
+        ]
         return sorted(fits, key=lambda i: (i not in self.linked, i not in self.user_text))
 
     def made(self, name: str, arguments: dict) -> bool:
@@ -143,23 +161,26 @@ class Conversation:
         said = self.user_text.lower()
         ids = [v for v in values if isinstance(v, str) and ID_RE.fullmatch(v)]
         quoted = [(k, v) for k, v in arguments.items() if isinstance(v, str) and v in self.quoted]
-        return (sum(str(v).lower() in said for v in values) / len(values),
-                sum(v in self.linked for v in ids) / len(ids) if ids else 0.0,
-                sum(self._named(k, v) for k, v in quoted) / len(quoted) if quoted else 0.0)
+        return (
+            sum(str(v).lower() in said for v in values) / len(values),
+            sum(v in self.linked for v in ids) / len(ids) if ids else 0.0,
+            sum(self._named(k, v) for k, v in quoted) / len(quoted) if quoted else 0.0,
+        )
 
     def _named(self, name: str, value: str) -> bool:
         said, stem = self.user_text.lower(), re.split(r"[_\W]", name.lower())[0][:5]
-        return any(stem and stem in said[max(0, m.start() - 40):m.start()]
-                   for m in re.finditer(re.escape(value.lower()), said))
+        return any(
+            stem and stem in said[max(0, m.start() - 40) : m.start()]
+            for m in re.finditer(re.escape(value.lower()), said)
+        )
 
     def summary(self) -> str:
         """A reply that states the ids the tool responses tied to the user's request."""
         ids = [i for i in self.ids if i in self.linked] or [i for i in self.ids if i not in self.user_text]
-        return (f"Done. For reference: {', '.join(ids)}." if ids else "Done, your request is complete.")
+        return f"Done. For reference: {', '.join(ids)}." if ids else "Done, your request is complete."
 
 
-def default_candidates(obs: dict, tools: list[dict] | None = None, per_tool: int = 12,
-                       limit: int = 32) -> list[str]:
+def default_candidates(obs: dict, tools: list[dict] | None = None, per_tool: int = 12, limit: int = 32) -> list[str]:
     """Candidate act actions for ``obs``: a reply, a final reply, then tool calls, best first.
 
     A tool's calls fill each argument from the conversation (:meth:`Conversation.values`)
@@ -194,8 +215,7 @@ def _candidates(conv: Conversation, tools: list[dict], per_tool: int, limit: int
                 choices.append([(arg, OMIT), *((arg, v) for v in values)])
         else:
             combos = (c for c in itertools.product(*choices) if _distinct_text(c))
-            tool_calls = [(fn["name"], {k: v for k, v in c if v is not OMIT})
-                          for c in itertools.islice(combos, 512)]
+            tool_calls = [(fn["name"], {k: v for k, v in c if v is not OMIT}) for c in itertools.islice(combos, 512)]
             calls += sorted(tool_calls, key=rank)[:per_tool]
     ranked = sorted(calls, key=rank)
     out = [summary, f"{summary} {STOP}", *(format_tool_call(*c) for c in ranked)]
@@ -235,9 +255,17 @@ class CandidateEnv(gym.Wrapper):
     terminal reward (``info["reward_source"]`` says which).
     """
 
-    def __init__(self, env: gym.Env, world_model: Any = None, dynamics: str | None = None,
-                 max_candidates: int = 32, per_tool: int = 12, max_tools: int = 16,
-                 candidates: Candidates | None = None, max_rehearsals: int = 32):
+    def __init__(
+        self,
+        env: gym.Env,
+        world_model: Any = None,
+        dynamics: str | None = None,
+        max_candidates: int = 32,
+        per_tool: int = 12,
+        max_tools: int = 16,
+        candidates: Candidates | None = None,
+        max_rehearsals: int = 32,
+    ):
         super().__init__(env)
         from envace_gym.agents import load
 
@@ -267,16 +295,20 @@ class CandidateEnv(gym.Wrapper):
         if self._obs is None:
             raise RuntimeError("call reset() first")
         if isinstance(action, bool) or not self.action_space.contains(action):
-            raise ValueError(f"action {str(action)[:60]} is not in the action space Discrete({self.max_candidates}): "
-                             "give one integer index")
+            raise ValueError(
+                f"action {str(action)[:60]} is not in the action space Discrete({self.max_candidates}): "
+                "give one integer index"
+            )
         text = self.candidates[int(action) % len(self.candidates)]
         obs, reward, terminated, truncated, info = self.env.step(text)
         calls = list(info.get("tool_calls", []))
         rehearsals = 0
         while obs["role"] == "rehearse" and not (terminated or truncated):
             if self.world_model is None:
-                raise ValueError("a rehearse turn came up and no world_model= answers it: pass "
-                                 "CandidateEnv(env, world_model='knn' or 'oracle' or an agent)")
+                raise ValueError(
+                    "a rehearse turn came up and no world_model= answers it: pass "
+                    "CandidateEnv(env, world_model='knn' or 'oracle' or an agent)"
+                )
             rehearsals += 1
             if rehearsals > self.max_rehearsals:
                 raise RuntimeError(f"more than {self.max_rehearsals} rehearse turns in one step")
@@ -287,7 +319,7 @@ class CandidateEnv(gym.Wrapper):
 
     def action_masks(self) -> np.ndarray:
         mask = np.zeros(self.max_candidates, dtype=bool)
-        mask[:len(self.candidates)] = True
+        mask[: len(self.candidates)] = True
         return mask
 
     # encoding ------------------------------------------------------------------
@@ -304,7 +336,7 @@ class CandidateEnv(gym.Wrapper):
                 found = suite.candidate_actions(inner.episode.task, obs)
             else:
                 found = _candidates(conv, obs["tools"], self.per_tool, self.max_candidates)
-        return list(found)[:self.max_candidates] or ["Please go on."]
+        return list(found)[: self.max_candidates] or ["Please go on."]
 
     def _encode(self, obs: dict) -> np.ndarray:
         self._obs = obs
@@ -329,8 +361,15 @@ class CandidateEnv(gym.Wrapper):
             rows[i, base + self._tool_slot(name)] = 1.0
         turn = sum(m["role"] == "assistant" for m in obs["messages"])
         limit = getattr(self.env.unwrapped, "max_turns", None) or 50
-        glob = np.array([min(turn / limit, 1.0), min(len(conv.calls) / 10, 1.0), conv.last_error,
-                         len(self.candidates) / self.max_candidates], np.float32)
+        glob = np.array(
+            [
+                min(turn / limit, 1.0),
+                min(len(conv.calls) / 10, 1.0),
+                conv.last_error,
+                len(self.candidates) / self.max_candidates,
+            ],
+            np.float32,
+        )
         return np.concatenate([rows.ravel(), glob])
 
     def _tool_slot(self, name: str) -> int:
@@ -374,15 +413,16 @@ def _candidate_policy() -> type:
         def __init__(self, n_candidates: int, n_features: int, n_global: int, hidden: int):
             super().__init__()
             self.k, self.f, self.g = n_candidates, n_features, n_global
-            self.rows = nn.Sequential(nn.Linear(n_features + n_global, hidden), nn.Tanh(),
-                                      nn.Linear(hidden, hidden), nn.Tanh())
+            self.rows = nn.Sequential(
+                nn.Linear(n_features + n_global, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
+            )
             self.score = nn.Linear(hidden, 1)
             self.value = nn.Sequential(nn.Linear(2 * hidden + n_global, hidden), nn.Tanh())
             self.latent_dim_pi, self.latent_dim_vf = n_candidates, hidden
 
         def _hidden(self, features):
-            rows = features[:, :self.k * self.f].reshape(-1, self.k, self.f)
-            glob = features[:, self.k * self.f:]
+            rows = features[:, : self.k * self.f].reshape(-1, self.k, self.f)
+            glob = features[:, self.k * self.f :]
             h = self.rows(torch.cat([rows, glob[:, None, :].expand(-1, self.k, -1)], dim=-1))
             return rows[..., 0] > 0.5, h, glob
 
@@ -412,10 +452,13 @@ def _candidate_policy() -> type:
         def _build_mlp_extractor(self) -> None:
             size = int(np.prod(self.observation_space.shape)) - len(GLOBAL_FEATURES)
             if size % self.n_candidates:
-                raise ValueError(f"the observation does not hold {self.n_candidates} candidate rows: "
-                                 "pass policy_kwargs={'n_candidates': env.max_candidates}")
-            self.mlp_extractor = CandidateScorer(self.n_candidates, size // self.n_candidates,
-                                                 len(GLOBAL_FEATURES), self.hidden).to(self.device)
+                raise ValueError(
+                    f"the observation does not hold {self.n_candidates} candidate rows: "
+                    "pass policy_kwargs={'n_candidates': env.max_candidates}"
+                )
+            self.mlp_extractor = CandidateScorer(
+                self.n_candidates, size // self.n_candidates, len(GLOBAL_FEATURES), self.hidden
+            ).to(self.device)
 
         def _build(self, lr_schedule) -> None:
             super()._build(lr_schedule)
@@ -433,5 +476,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CANDIDATE_FEATURES", "GLOBAL_FEATURES", "CandidateEnv", "CandidatePolicy", "Conversation",
-           "default_candidates"]
+__all__ = [  # noqa: F822 (CandidatePolicy is defined when torch imports)
+    "CANDIDATE_FEATURES",
+    "GLOBAL_FEATURES",
+    "CandidateEnv",
+    "CandidatePolicy",
+    "Conversation",
+    "default_candidates",
+]

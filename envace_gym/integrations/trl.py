@@ -51,8 +51,13 @@ RESPONSE_TEMPLATE = {
     "defaults": {"role": "assistant"},
     "start_anchor": "<|im_start|>assistant\n",
     "fields": {
-        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True,
-                       "content": "json", "transform": {"type": "function", "function": "{content}"}},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
         "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
     },
 }
@@ -110,8 +115,10 @@ class EnvironmentTools:
         ``prompt`` holds its opening messages, so nothing is appended to them."""
         self.env.reset(seed=seed, options={} if task_id is None else {"task_id": task_id})
         if self.env.unwrapped.tools.schemas != self._schemas:
-            raise ValueError(f"task {task_id!r} of {self._env_id} has other tools than its first task; "
-                             "environment_factory needs one tool set: use EpisodeRollout")
+            raise ValueError(
+                f"task {task_id!r} of {self._env_id} has other tools than its first task; "
+                "environment_factory needs one tool set: use EpisodeRollout"
+            )
         self._reward = None
 
     def get_reward(self) -> float:
@@ -120,7 +127,7 @@ class EnvironmentTools:
         if self._reward is None:
             self._reward, info = self.env.unwrapped.finish("agent_done")
             if "error" in info:  # as in step: a failing evaluator or judge scores 0
-                warnings.warn(f"task {info['task_id']}: scored 0: {info['error']}")
+                warnings.warn(f"task {info['task_id']}: scored 0: {info['error']}", stacklevel=2)
         return self._reward
 
     def _reply(self, text: str) -> None:
@@ -131,8 +138,11 @@ class EnvironmentTools:
 
     def _call(self, name: str, arguments: dict) -> str:
         """One act step holding this call; its response (a tool error included) for TRL."""
-        action = {"role": "assistant", "content": "",
-                  "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+        action = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}],
+        }
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
             self._reward = reward
@@ -152,11 +162,15 @@ def environment_factory(env_id: str, **make_kwargs: Any) -> type[EnvironmentTool
     """
     probe = gym.make(env_id, **make_kwargs).unwrapped
     if probe.suite.one_step:
-        raise ValueError(f"{env_id} is single-turn (its calls are scored, never run): give GRPOTrainer a reward "
-                         "function that steps the env with the completion, or use EpisodeRollout")
+        raise ValueError(
+            f"{env_id} is single-turn (its calls are scored, never run): give GRPOTrainer a reward "
+            "function that steps the env with the completion, or use EpisodeRollout"
+        )
     if probe.dynamics not in TOOL_LOOP_DYNAMICS:
-        raise ValueError(f"environment_factory needs dynamics in {TOOL_LOOP_DYNAMICS}, not {probe.dynamics!r}: TRL's "
-                         "tool loop masks tool responses out of the loss; train rehearsal with EpisodeRollout")
+        raise ValueError(
+            f"environment_factory needs dynamics in {TOOL_LOOP_DYNAMICS}, not {probe.dynamics!r}: TRL's "
+            "tool loop masks tool responses out of the loss; train rehearsal with EpisodeRollout"
+        )
     methods = {}
     for schema in probe.tools.schemas:
         name = schema["function"]["name"]
@@ -206,8 +220,9 @@ def _tool_method(function: dict):
         signature.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint))
         text = " ".join(str(schema.get("description") or key).split())
         if not exact:
-            text += " JSON Schema: " + json.dumps(_resolved({k: v for k, v in schema.items() if k != "description"},
-                                                             definitions))
+            text += " JSON Schema: " + json.dumps(
+                _resolved({k: v for k, v in schema.items() if k != "description"}, definitions)
+            )
         lines.append(f"    {key}: {text}")
     tool.__name__ = tool.__qualname__ = name
     tool.__signature__ = inspect.Signature(signature)
@@ -232,7 +247,7 @@ def _hint(schema: Any) -> tuple[Any, bool]:
         options = [{**schema, "type": k} for k in kind]
     if options:
         hints = [_hint(option) for option in options]
-        return Union[tuple(h for h, _ in hints)], all(exact for _, exact in hints)
+        return Union[tuple(h for h, _ in hints)], all(exact for _, exact in hints)  # noqa: UP007 (built at run time)
     if kind == "array":
         inner, exact = _hint(schema.get("items"))
         return list[inner], exact
@@ -270,8 +285,14 @@ class EpisodeRollout:
     are ``seed`` on, one per episode.
     """
 
-    def __init__(self, env_id: str, max_new_tokens: int | None = None, roles: tuple[str, ...] = ("act", "rehearse"),
-                 seed: int = 0, **make_kwargs: Any):
+    def __init__(
+        self,
+        env_id: str,
+        max_new_tokens: int | None = None,
+        roles: tuple[str, ...] = ("act", "rehearse"),
+        seed: int = 0,
+        **make_kwargs: Any,
+    ):
         self.env_id, self.make_kwargs = env_id, make_kwargs
         self.max_new_tokens, self.seed = max_new_tokens, seed
         self.trained = {ROLE_IDS[role] for role in roles}
@@ -289,21 +310,34 @@ class EpisodeRollout:
         accelerator = trainer.accelerator  # a distinct seed for every episode of every call and process
         seed = self.seed + len(prompts) * (self._calls * accelerator.num_processes + accelerator.process_index)
         self._calls += 1
-        with unwrap_model_for_generation(trainer.model_wrapped, accelerator,
-                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-                                         gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
-                                         ) as model:
+        with unwrap_model_for_generation(
+            trainer.model_wrapped,
+            accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model:
             training = model.training
             try:
-                agent = HFAgent(getattr(model, "name_or_path", "trl"), model=model,
-                                tokenizer=trainer.processing_class, device=str(accelerator.device),
-                                max_new_tokens=self.max_new_tokens or trainer.args.max_completion_length,
-                                temperature=trainer.temperature, top_p=trainer.top_p, seed=None)
-                rollouts = collect(agent, self._envs[:len(prompts)], task_ids, 1, seed)
+                agent = HFAgent(
+                    getattr(model, "name_or_path", "trl"),
+                    model=model,
+                    tokenizer=trainer.processing_class,
+                    device=str(accelerator.device),
+                    max_new_tokens=self.max_new_tokens or trainer.args.max_completion_length,
+                    temperature=trainer.temperature,
+                    top_p=trainer.top_p,
+                    seed=None,
+                )
+                rollouts = collect(agent, self._envs[: len(prompts)], task_ids, 1, seed)
             finally:
                 model.train(training)
-        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
-                                "episode_reward": []}
+        out: dict[str, list] = {
+            "prompt_ids": [],
+            "completion_ids": [],
+            "logprobs": [],
+            "env_mask": [],
+            "episode_reward": [],
+        }
         for r in rollouts:
             start = next(k for k, role in enumerate(r.roles) if role != ROLE_IDS["context"])
             out["prompt_ids"].append(r.ids[:start])
@@ -322,6 +356,8 @@ def episode_reward(episode_reward: list[float], **_: Any) -> list[float]:
 def _task_id(prompt: Any) -> str:
     task_id = prompt[0].get("task_id") if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) else None
     if task_id is None:
-        raise ValueError("EpisodeRollout reads the task id from the prompt's first message: "
-                         "build the dataset with envace_gym.integrations.trl.make_dataset")
+        raise ValueError(
+            "EpisodeRollout reads the task id from the prompt's first message: "
+            "build the dataset with envace_gym.integrations.trl.make_dataset"
+        )
     return str(task_id)

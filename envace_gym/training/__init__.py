@@ -7,10 +7,22 @@ from importlib import import_module
 
 from envace_gym.training.config import SFTConfig, TrainConfig
 
-_MODULES = {"CheckpointError": "checkpoint", "group_advantages": "grpo", "grpo_loss": "grpo",
-            "token_advantages": "grpo", "token_logprobs": "grpo", "Rollout": "rollout", "collect": "rollout",
-            "Trainer": "trainer", "TrainingStalled": "trainer", "SFT": "sft", "episode_tokens": "sft", "gold_episodes": "sft",
-            "held_out_loss": "sft", "load_episodes": "sft"}
+_MODULES = {
+    "CheckpointError": "checkpoint",
+    "group_advantages": "grpo",
+    "grpo_loss": "grpo",
+    "token_advantages": "grpo",
+    "token_logprobs": "grpo",
+    "Rollout": "rollout",
+    "collect": "rollout",
+    "Trainer": "trainer",
+    "TrainingStalled": "trainer",
+    "SFT": "sft",
+    "episode_tokens": "sft",
+    "gold_episodes": "sft",
+    "held_out_loss": "sft",
+    "load_episodes": "sft",
+}
 
 __all__ = ["SFTConfig", "TrainConfig", *sorted(_MODULES)]
 

@@ -62,8 +62,10 @@ def verify(folder: Path, needed: tuple[str, ...] = ()) -> None:
     if not isinstance(files, dict) or not all(isinstance(d, str) and DIGEST.fullmatch(d) for d in files.values()):
         raise CheckpointError(f"{manifest} is not an object of file names and SHA-256 digests")
     if set(files) != present:
-        raise CheckpointError(f"{manifest} does not list the folder's files: unlisted "
-                              f"{sorted(present - set(files))}, missing {sorted(set(files) - present)}")
+        raise CheckpointError(
+            f"{manifest} does not list the folder's files: unlisted "
+            f"{sorted(present - set(files))}, missing {sorted(set(files) - present)}"
+        )
     for name in needed:
         if name not in files:
             raise CheckpointError(f"{folder} lacks {name}")

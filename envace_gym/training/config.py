@@ -18,17 +18,25 @@ ENV_KWARGS_HELP = "KEY=VALUE: more gym.make arguments (repeat; values are JSON w
 class TrainConfig:
     """Everything a GRPO run depends on; saved as ``config.json`` in the output folder."""
 
-    model: str = setting(help="hf:PATH or smollm2 (transformers), vllm:PATH (an engine in this process) or "
-                              "vllm:PATH@BASE_URL (a `vllm serve` started with VLLM_SERVER_DEV_MODE=1).")
+    model: str = setting(
+        help="hf:PATH or smollm2 (transformers), vllm:PATH (an engine in this process) or "
+        "vllm:PATH@BASE_URL (a `vllm serve` started with VLLM_SERVER_DEV_MODE=1)."
+    )
     env_id: str = setting(help="A registered id, or MODULE:ID or PATH.py:ID.")
     out: str = setting("runs/train", OUT_HELP)
     dynamics: str = setting("rehearsed", "Training dynamics.")
     eval_dynamics: str = setting("real", "Evaluation dynamics.")
-    reward: str | Callable | None = setting(None, "Training reward (default: strict_progress, a partial credit "
-                                                  "that varies within a group, where every training task has gold "
-                                                  "calls; else the dynamics' default).")
-    stop_after_flat_steps: int = setting(5, "Stop after this many steps in a row whose groups all scored alike "
-                                            "(zero advantages: nothing to learn; 0: never).")
+    reward: str | Callable | None = setting(
+        None,
+        "Training reward (default: strict_progress, a partial credit "
+        "that varies within a group, where every training task has gold "
+        "calls; else the dynamics' default).",
+    )
+    stop_after_flat_steps: int = setting(
+        5,
+        "Stop after this many steps in a row whose groups all scored alike "
+        "(zero advantages: nothing to learn; 0: never).",
+    )
     split: str | None = setting("train", "Training tasks' split; 'all' for suites without splits (BFCL).")
     eval_split: str | None = setting("test", "Evaluation tasks' split, or 'all'.")
     group_size: int = setting(4, "Episodes per task (GRPO group).")
@@ -46,8 +54,9 @@ class TrainConfig:
     max_new_tokens: int = setting(64, "Tokens per generation.")
     temperature: float = setting(1.0, "Sampling temperature (the ratios' too).")
     max_turns: int = setting(8, "Agent turns per episode.")
-    rehearsal_format: str = setting("inline", "inline (one row per episode) or prompted (a row per rehearse "
-                                              "generation).")
+    rehearsal_format: str = setting(
+        "inline", "inline (one row per episode) or prompted (a row per rehearse generation)."
+    )
     eval_every: int = setting(5, "Evaluate every N steps (0: never).")
     eval_tasks: int = setting(4, "Held-out tasks per evaluation.")
     save_every: int = setting(5, "Checkpoint every N steps (0: only at the end).")
@@ -56,21 +65,30 @@ class TrainConfig:
     lora_rank: int = setting(0, "Train LoRA adapters of this rank on every linear layer (0: all weights).")
     bf16: bool = setting(False, "Forward passes under bf16 autocast (fp32 weights and optimizer).")
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward.")
-    minibatch_tokens: int = setting(0, "Pack minibatches up to this many padded tokens (0: minibatches of "
-                                       "--minibatch rows).")
-    fsdp: bool = setting(False, "Shard weights, gradients and Adam states over the launched processes "
-                                "(torch FSDP2) instead of DDP.")
+    minibatch_tokens: int = setting(
+        0, "Pack minibatches up to this many padded tokens (0: minibatches of --minibatch rows)."
+    )
+    fsdp: bool = setting(
+        False, "Shard weights, gradients and Adam states over the launched processes (torch FSDP2) instead of DDP."
+    )
     engine_kwargs: dict = setting({}, "KEY=VALUE for a vllm:PATH model's engine (vllm.LLM's arguments; repeat).")
     env_kwargs: dict = setting({}, ENV_KWARGS_HELP)
-    rollout_workers: int = setting(0, "Step the rollout envs in this many Ray actors (users, judges, slow tools "
-                                      "in parallel); generation stays here (0: in this process).")
-    ray_address: str | None = setting(None, "With --rollout-workers: a Ray cluster to join (auto, "
-                                            "ray://HOST:PORT); default: a local Ray.")
+    rollout_workers: int = setting(
+        0,
+        "Step the rollout envs in this many Ray actors (users, judges, slow tools "
+        "in parallel); generation stays here (0: in this process).",
+    )
+    ray_address: str | None = setting(
+        None, "With --rollout-workers: a Ray cluster to join (auto, ray://HOST:PORT); default: a local Ray."
+    )
 
     def __post_init__(self):
         check_least(1, vars(self), ("steps", "group_size", "tasks_per_step", "epochs", "minibatch", "eval_tasks"))
-        check_least(0, vars(self), ("warmup_steps", "eval_every", "save_every", "lora_rank", "minibatch_tokens",
-                                    "rollout_workers"))
+        check_least(
+            0,
+            vars(self),
+            ("warmup_steps", "eval_every", "save_every", "lora_rank", "minibatch_tokens", "rollout_workers"),
+        )
         if self.fsdp and self.lora_rank:
             raise ValueError("fsdp with lora_rank is not supported: LoRA trains few weights; drop fsdp")
 
@@ -82,8 +100,9 @@ class SFTConfig:
     model: str = setting(help="hf:PATH or smollm2: the model to warm-start.")
     env_id: str = setting(help="A registered id: its oracle plays the gold and held-out episodes.")
     out: str = setting("runs/sft", OUT_HELP)
-    source: str = setting("gold", "gold (the oracle's episodes of --split, real dynamics) or a RUNS.jsonl "
-                                  "written by `envace-gym run`.")
+    source: str = setting(
+        "gold", "gold (the oracle's episodes of --split, real dynamics) or a RUNS.jsonl written by `envace-gym run`."
+    )
     split: str | None = setting("train", "Gold episodes' split, or 'all'.")
     eval_split: str | None = setting("test", "Held-out gold episodes' split, or 'all'.")
     roles: list[str] = setting(list(ROLES), ROLES_HELP)

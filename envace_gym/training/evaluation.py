@@ -1,4 +1,5 @@
-"""Held-out measures of a policy: reward, partial credit and valid calls of its act role, fidelity of its rehearse role."""
+"""Held-out measures of a policy: reward, partial credit and valid calls of its act role, fidelity
+of its rehearse role."""
 
 from __future__ import annotations
 
@@ -30,14 +31,17 @@ def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
             done = terminated or truncated
         rewards.append(reward)
         shares.append(actions_share_reward(env.unwrapped.episode)[0])
-    return {"reward": statistics.fmean(rewards), "gold_share": statistics.fmean(shares),
-            "valid_calls": valid / turns if turns else 0.0}
+    return {
+        "reward": statistics.fmean(rewards),
+        "gold_share": statistics.fmean(shares),
+        "valid_calls": valid / turns if turns else 0.0,
+    }
 
 
 def fidelity(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
     """The rehearse role's fidelity on ``task_ids``' calls (:func:`~envace_gym.compare.compare_calls`:
     the oracle acts, ``agent`` rehearses, the world answers): mean ``parsed``, ``leaf_match`` and ``exact``."""
     calls = list(compare_calls(env, agents.load("oracle", env=env), agent, task_ids, seed=seed))
-    return {m: statistics.fmean(float(c[m]) for c in calls) if calls else None
-            for m in ("parsed", "leaf_match", "exact")}
-
+    return {
+        m: statistics.fmean(float(c[m]) for c in calls) if calls else None for m in ("parsed", "leaf_match", "exact")
+    }

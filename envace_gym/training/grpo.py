@@ -20,8 +20,9 @@ from envace_gym.training.config import ROLES
 ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2}
 
 
-def group_advantages(rewards: torch.Tensor, counts: torch.Tensor, baseline: str = "episode",
-                     scale: bool = False, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, counts: torch.Tensor, baseline: str = "episode", scale: bool = False, eps: float = 1e-6
+) -> torch.Tensor:
     """Advantages of one group for one role.
 
     ``rewards[e]`` is episode e's reward, ``counts[e]`` its number of role-r
@@ -44,9 +45,15 @@ def group_advantages(rewards: torch.Tensor, counts: torch.Tensor, baseline: str 
     return torch.where(present, advantages, torch.zeros_like(advantages))
 
 
-def token_advantages(rewards: torch.Tensor, groups: torch.Tensor, role_ids: torch.Tensor,
-                     generations: dict[str, torch.Tensor], baseline: str = "episode",
-                     scale: bool = False, episodes: torch.Tensor | None = None) -> torch.Tensor:
+def token_advantages(
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    role_ids: torch.Tensor,
+    generations: dict[str, torch.Tensor],
+    baseline: str = "episode",
+    scale: bool = False,
+    episodes: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-token advantages ``[B, T]`` for a batch of training rows.
 
     ``groups[b]`` is the group of row b, ``role_ids[b, t]`` the role of each token
@@ -58,13 +65,11 @@ def token_advantages(rewards: torch.Tensor, groups: torch.Tensor, role_ids: torc
     if episodes is None:
         episodes = torch.arange(len(rewards))
     ids, row_episode = episodes.unique(return_inverse=True)
-    first = torch.zeros(len(ids), dtype=torch.long).scatter_(0, row_episode.flip(0),
-                                                             torch.arange(len(rewards)).flip(0))
+    first = torch.zeros(len(ids), dtype=torch.long).scatter_(0, row_episode.flip(0), torch.arange(len(rewards)).flip(0))
     episode_rewards, episode_groups = rewards[first], groups[first]
     out = torch.zeros(role_ids.shape, dtype=rewards.dtype)
     for role in ROLES:
-        counts = torch.zeros(len(ids), dtype=generations[role].dtype).index_add_(0, row_episode,
-                                                                              generations[role])
+        counts = torch.zeros(len(ids), dtype=generations[role].dtype).index_add_(0, row_episode, generations[role])
         per_episode = torch.zeros_like(episode_rewards)
         for g in episode_groups.unique():
             members = episode_groups == g
@@ -73,8 +78,9 @@ def token_advantages(rewards: torch.Tensor, groups: torch.Tensor, role_ids: torc
     return out
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0, chunk: int = 256) -> torch.Tensor:
+def token_logprobs(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, chunk: int = 256
+) -> torch.Tensor:
     """``[B, T]`` log-probability of each token given the ones before (0 at position 0), at the
     sampler's ``temperature`` so that ratios compare like with like.
 
@@ -83,14 +89,15 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     (activation checkpointing), so that no ``[B, T, V]`` tensor ever exists: the peak is
     one chunk's logits, whatever the sequence length.
     """
-    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                logits_to_keep=1, use_cache=False)
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1, use_cache=False
+    )
     hidden = out.hidden_states[-1][:, :-1]  # the last layer's output, after the final norm
     head = getattr(model, "module", model).get_output_embeddings()
     targets = input_ids[:, 1:]
     pieces = []
     for start in range(0, hidden.shape[1], chunk):
-        h, t = hidden[:, start:start + chunk], targets[:, start:start + chunk]
+        h, t = hidden[:, start : start + chunk], targets[:, start : start + chunk]
         if torch.is_grad_enabled() and h.requires_grad:
             pieces.append(checkpoint(_picked_logprobs, head, h, t, temperature, use_reentrant=False))
         else:
@@ -104,10 +111,17 @@ def _picked_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperat
     return torch.gather(logits, 2, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
 
 
-def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-              role_ids: torch.Tensor, clip_eps: float = 0.2, ref_logprobs: torch.Tensor | None = None,
-              kl_coef: float = 0.0, role_weights: dict[str, float] | None = None,
-              role_tokens: dict[str, int] | None = None) -> tuple[torch.Tensor, dict]:
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    role_ids: torch.Tensor,
+    clip_eps: float = 0.2,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    role_weights: dict[str, float] | None = None,
+    role_tokens: dict[str, int] | None = None,
+) -> tuple[torch.Tensor, dict]:
     """The role-wise clipped objective and its statistics (all tensors ``[B, T]``).
 
     Each role's loss is a token mean; ``role_tokens`` gives its denominator when these

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from envace_gym import agents
-from envace_gym.records import rows as jsonl_rows, training_figure, write_record
+from envace_gym.records import rows as jsonl_rows
+from envace_gym.records import training_figure, write_record
 from envace_gym.training import checkpoint, sharding
 
 
@@ -33,9 +34,21 @@ class Policy:
     ``cursor`` (its data position), ``train_step()`` and ``evaluate()``.
     """
 
-    def __init__(self, model: str, *, seed: int, lr: float, steps: int, warmup_steps: int = 0,
-                 lora_rank: int = 0, gradient_checkpointing: bool = False, fsdp: bool = False,
-                 reference: bool = False, engine_kwargs: dict | None = None, **sampling):
+    def __init__(
+        self,
+        model: str,
+        *,
+        seed: int,
+        lr: float,
+        steps: int,
+        warmup_steps: int = 0,
+        lora_rank: int = 0,
+        gradient_checkpointing: bool = False,
+        fsdp: bool = False,
+        reference: bool = False,
+        engine_kwargs: dict | None = None,
+        **sampling,
+    ):
         from accelerate import Accelerator
 
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
@@ -51,18 +64,27 @@ class Policy:
 
             spec = model.removeprefix("vllm:")
             self.agent = agents.load(model, **sampling, **(engine_kwargs or {}))
-            weights = AutoModelForCausalLM.from_pretrained(spec.rpartition("@")[0] or spec,
-                                                           dtype=torch.float32).to(device)
+            weights = AutoModelForCausalLM.from_pretrained(spec.rpartition("@")[0] or spec, dtype=torch.float32).to(
+                device
+            )
         else:
-            self.agent = agents.load(model, **sampling,
-                                     **({"device": device} if model.startswith(("hf:", "smollm2")) else {}))
+            self.agent = agents.load(
+                model, **sampling, **({"device": device} if model.startswith(("hf:", "smollm2")) else {})
+            )
             weights = self.agent.model
         if lora_rank:
             from peft import LoraConfig, get_peft_model
 
-            weights = self.agent.model = get_peft_model(weights, LoraConfig(
-                r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, target_modules="all-linear",
-                task_type="CAUSAL_LM"))
+            weights = self.agent.model = get_peft_model(
+                weights,
+                LoraConfig(
+                    r=lora_rank,
+                    lora_alpha=2 * lora_rank,
+                    lora_dropout=0.0,
+                    target_modules="all-linear",
+                    task_type="CAUSAL_LM",
+                ),
+            )
         if gradient_checkpointing:
             weights.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model, self.tokenizer, self.lora = weights, self.agent.tokenizer, bool(lora_rank)
@@ -75,8 +97,10 @@ class Policy:
         from accelerate.utils import DistributedType
 
         if self.accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-            raise ValueError("launch with a multi-GPU (or multi-CPU) accelerate config and pass fsdp: "
-                             "the trainer shards the model itself")
+            raise ValueError(
+                "launch with a multi-GPU (or multi-CPU) accelerate config and pass fsdp: "
+                "the trainer shards the model itself"
+            )
         self.sharded = fsdp and torch.distributed.is_initialized()  # one GPU under torchrun too
         if self.sharded:
             sharding.shard(self.model)
@@ -91,8 +115,9 @@ class Policy:
             self.train_model, self.optimizer = self.accelerator.prepare(self.model, optimizer)
         # over training steps (not optimizer steps: prompted rows vary in number)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda k: min((k + 1) / warmup, 1.0) * max(0.0, 1.0 - k / steps) if warmup
-            else max(0.0, 1.0 - k / steps))
+            self.optimizer,
+            lambda k: min((k + 1) / warmup, 1.0) * max(0.0, 1.0 - k / steps) if warmup else max(0.0, 1.0 - k / steps),
+        )
 
     @property
     def rank(self) -> int:
@@ -169,16 +194,28 @@ class Policy:
         weights = self.full_weights() if self.sharded else None  # None: save_pretrained's own
         adam = self.optimizer.optimizer
         # None before the first update: torch's API would take a zero step to create the states
-        optimizer = get_optimizer_state_dict(self.model, adam, options=StateDictOptions(
-            full_state_dict=self.sharded, cpu_offload=self.sharded)) if adam.state else None
+        optimizer = (
+            get_optimizer_state_dict(
+                self.model, adam, options=StateDictOptions(full_state_dict=self.sharded, cpu_offload=self.sharded)
+            )
+            if adam.state
+            else None
+        )
         if not main:
             return None
-        state = {"step": run.step, "cursor": run.cursor, "optimizer": optimizer,
-                 "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-                 "python_rng": list(random.getstate()[1]), "config": _config_json(run.cfg)}
+        state = {
+            "step": run.step,
+            "cursor": run.cursor,
+            "optimizer": optimizer,
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": list(random.getstate()[1]),
+            "config": _config_json(run.cfg),
+        }
         (run.out / "config.json").write_text(_config_json(run.cfg, indent=1))
-        return checkpoint.save(run.out / f"step-{run.step}", self.model, self.tokenizer, state, weights,
-                               run.play_settings)
+        return checkpoint.save(
+            run.out / f"step-{run.step}", self.model, self.tokenizer, state, weights, run.play_settings
+        )
 
     def resume(self, run) -> None:
         """Continue ``run`` from the latest checkpoint in its ``out`` (refused whole if it is damaged):
@@ -208,17 +245,23 @@ class Policy:
             self.optimizer.load_state_dict(adam)  # a checkpoint written before states were keyed by name
         else:
             main = self.accelerator.is_main_process
-            set_optimizer_state_dict(self.model, self.optimizer.optimizer, adam if main or not self.sharded else {},
-                                     options=StateDictOptions(full_state_dict=self.sharded,
-                                                              broadcast_from_rank0=self.sharded))
+            set_optimizer_state_dict(
+                self.model,
+                self.optimizer.optimizer,
+                adam if main or not self.sharded else {},
+                options=StateDictOptions(full_state_dict=self.sharded, broadcast_from_rank0=self.sharded),
+            )
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate((3, tuple(state["python_rng"]), None))
         run.step, run.cursor = state["step"], state["cursor"]
         metrics = run.out / "metrics.jsonl"
         if metrics.exists():  # drop what a killed run logged after its last checkpoint, and a line it cut short
-            kept = [line for line in metrics.read_text(errors="replace").splitlines()
-                    if (step := _step_of(line)) is not None and step <= run.step]
+            kept = [
+                line
+                for line in metrics.read_text(errors="replace").splitlines()
+                if (step := _step_of(line)) is not None and step <= run.step
+            ]
             metrics.write_text("".join(line + "\n" for line in kept))
 
     def _load_full_weights(self, path: Path) -> None:

@@ -57,7 +57,7 @@ def _context_delta(rollout: Rollout, prompt: str, eos: str) -> str:
     at = prompt.find(closing, len(rollout._text))
     if at < 0:
         raise ValueError(f"the rendered prompt does not close the last generation with {closing!r}")
-    return prompt[at + len(closing):] if rollout._closing else prompt[at:]
+    return prompt[at + len(closing) :] if rollout._closing else prompt[at:]
 
 
 def reset_all(envs, requests: list[tuple[int, dict]]) -> list[tuple[dict, dict]]:
@@ -86,11 +86,15 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
     """
     assert len(envs) == len(task_ids) * group_size, "one env per episode"
     tok = agent.tokenizer
-    rollouts = [Rollout(task_id=t, group=g, episode=g * group_size + k)
-                for g, t in enumerate(task_ids) for k in range(group_size)]
+    rollouts = [
+        Rollout(task_id=t, group=g, episode=g * group_size + k)
+        for g, t in enumerate(task_ids)
+        for k in range(group_size)
+    ]
     extra: list[Rollout] = []
-    observations = [obs for obs, _ in reset_all(envs, [(seed + i, {"task_id": r.task_id})
-                                                        for i, r in enumerate(rollouts)])]
+    observations = [
+        obs for obs, _ in reset_all(envs, [(seed + i, {"task_id": r.task_id}) for i, r in enumerate(rollouts)])
+    ]
     active = list(range(len(envs)))
     while active:
         prompts, stops, rows = [], [], []

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from envace_gym import agents
-from envace_gym.agents.prompting import ROLES as PROMPT_ROLES, render_prompt
+from envace_gym.agents.prompting import ROLES as PROMPT_ROLES
+from envace_gym.agents.prompting import render_prompt
 from envace_gym.messages import MAX_JSON_DEPTH, json_depth
 from envace_gym.runner import run_episodes
 from envace_gym.training.config import ROLES, SFTConfig
@@ -51,19 +52,23 @@ def episode_tokens(tokenizer, record: dict) -> Sequence:
         if message["role"] == "assistant":
             obs = {"role": "act", "messages": messages[:i], "tools": tools}
         elif message["role"] == "tool" and message["tool_call_id"] in real:
-            obs = {"role": "rehearse", "messages": messages[:i], "tools": tools,
-                   "tool_call": {"id": message["tool_call_id"], "name": message["name"]}}
+            obs = {
+                "role": "rehearse",
+                "messages": messages[:i],
+                "tools": tools,
+                "tool_call": {"id": message["tool_call_id"], "name": message["name"]},
+            }
         else:
             continue
         prompt, stop = render_prompt(tokenizer, obs)
         row.extend(_tokenize(tokenizer, _context_delta(row, prompt, tokenizer.eos_token)), "context")
         # the conversation through this message, rendered as the next prompt would be
-        after, _ = render_prompt(tokenizer, {"role": "act", "messages": messages[:i + 1], "tools": tools})
+        after, _ = render_prompt(tokenizer, {"role": "act", "messages": messages[: i + 1], "tools": tools})
         closing = stop or tokenizer.eos_token
         end = after.find(closing, len(prompt))
         if not after.startswith(prompt) or end < 0:
             raise ValueError(f"the chat template does not render message {i} where its prompt ends")
-        row.extend(_tokenize(tokenizer, after[len(prompt):end + len(closing)]), obs["role"])
+        row.extend(_tokenize(tokenizer, after[len(prompt) : end + len(closing)]), obs["role"])
         row._text, row._closing = prompt, closing
     return row.ids, row.roles
 
@@ -72,8 +77,9 @@ def _tokenize(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def gold_episodes(env_id: str, split: str | None, max_episodes: int | None = None, seed: int = 0,
-                  **env_kwargs) -> list[dict]:
+def gold_episodes(
+    env_id: str, split: str | None, max_episodes: int | None = None, seed: int = 0, **env_kwargs
+) -> list[dict]:
     """``run`` records of the oracle on the first ``max_episodes`` tasks of ``split``, under real dynamics."""
     env = gym.make(env_id, split=split, dynamics="real", **env_kwargs)
     task_ids = env.unwrapped.task_ids[:max_episodes]
@@ -112,14 +118,17 @@ def check_record(record) -> dict:
             raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(PROMPT_ROLES)}")
         calls = m.get("tool_calls")
         if calls is not None and not (isinstance(calls, list) and all(map(_is_call, calls))):
-            raise ValueError(f"message {i}'s 'tool_calls' must be a list of {{'function': {{'name': text, "
-                             f"'arguments': object (at most {MAX_JSON_DEPTH} levels deep) or text}}}} objects")
+            raise ValueError(
+                f"message {i}'s 'tool_calls' must be a list of {{'function': {{'name': text, "
+                f"'arguments': object (at most {MAX_JSON_DEPTH} levels deep) or text}}}} objects"
+            )
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ValueError("the record has no 'tools' list (the tool specs the episode was played with)")
     opening = record.get("opening_messages")
     if isinstance(opening, bool) or not isinstance(opening, int) or not 0 <= opening < len(messages):
-        raise ValueError(f"'opening_messages' must be an index into its {len(messages)} messages, "
-                         f"got {str(opening)[:40]}")
+        raise ValueError(
+            f"'opening_messages' must be an index into its {len(messages)} messages, got {str(opening)[:40]}"
+        )
     if not isinstance(record.get("real_call_ids"), list):
         raise ValueError("the record has no 'real_call_ids' list")
     return record
@@ -151,7 +160,7 @@ def held_out_loss(model, sequences: list[Sequence], pad_id: int, batch: int = 4)
     sums = {role: [0.0, 0] for role in ROLES}
     with torch.no_grad():
         for at in range(0, len(sequences), batch):
-            for role, (total, count) in role_nll(model, sequences[at:at + batch], pad_id).items():
+            for role, (total, count) in role_nll(model, sequences[at : at + batch], pad_id).items():
                 sums[role][0] += total.item()
                 sums[role][1] += count
     return {role: total / count if count else None for role, (total, count) in sums.items()}
@@ -169,8 +178,7 @@ class SFT:
 
     def __init__(self, config: SFTConfig):
         if config.source == "gold":
-            records = gold_episodes(config.env_id, config.split, config.max_episodes, config.seed,
-                                    **config.env_kwargs)
+            records = gold_episodes(config.env_id, config.split, config.max_episodes, config.seed, **config.env_kwargs)
         else:
             records = load_episodes(config.source, config.max_episodes)
         if not records:
@@ -180,8 +188,14 @@ class SFT:
         self.cfg, self.out = config, Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.play_settings: dict = {}  # SFT plays no episode: a checkpoint keeps the players' defaults
-        self.policy = Policy(config.model, seed=config.seed, lr=config.lr, steps=config.steps,
-                             lora_rank=config.lora_rank, gradient_checkpointing=config.gradient_checkpointing)
+        self.policy = Policy(
+            config.model,
+            seed=config.seed,
+            lr=config.lr,
+            steps=config.steps,
+            lora_rank=config.lora_rank,
+            gradient_checkpointing=config.gradient_checkpointing,
+        )
         self.sequences = [self._sequence(r, i) for i, r in enumerate(records)]
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.sequences)))
         self.step, self.cursor = 0, 0
@@ -209,14 +223,16 @@ class SFT:
         try:
             ids, roles = episode_tokens(self.tokenizer, check_record(record))
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{self.cfg.source} episode {index + 1} (task {str(record.get('task_id'))[:40]}): "
-                             f"{str(e)[:300]}") from None
-        return ids[:self.cfg.max_tokens], roles[:self.cfg.max_tokens]
+            raise ValueError(
+                f"{self.cfg.source} episode {index + 1} (task {str(record.get('task_id'))[:40]}): {str(e)[:300]}"
+            ) from None
+        return ids[: self.cfg.max_tokens], roles[: self.cfg.max_tokens]
 
     @cached_property
     def eval_sequences(self) -> list[Sequence]:
-        records = gold_episodes(self.cfg.env_id, self.cfg.eval_split, self.cfg.eval_tasks, self.cfg.seed,
-                                **self.cfg.env_kwargs)
+        records = gold_episodes(
+            self.cfg.env_id, self.cfg.eval_split, self.cfg.eval_tasks, self.cfg.seed, **self.cfg.env_kwargs
+        )
         return [episode_tokens(self.tokenizer, r) for r in records]
 
     def train_step(self) -> dict:
@@ -231,7 +247,7 @@ class SFT:
         policy.train_model.train()
         policy.optimizer.zero_grad()
         for at in range(0, len(rows), cfg.minibatch):
-            parts = role_nll(policy.train_model, rows[at:at + cfg.minibatch], self.tokenizer.pad_token_id)
+            parts = role_nll(policy.train_model, rows[at : at + cfg.minibatch], self.tokenizer.pad_token_id)
             for role in ROLES:
                 sums[role] += parts[role][0].item()
             if trained:  # the batch's token mean of each trained role, accumulated over minibatches
@@ -242,8 +258,13 @@ class SFT:
         policy.scheduler.step()
         self.step += 1
         tokens = sum(len(ids) for ids, _ in rows)
-        record = {"step": self.step, "episodes": len(rows), "tokens": tokens,
-                  "tokens_per_s": tokens / (time.perf_counter() - start), "lr": lr}
+        record = {
+            "step": self.step,
+            "episodes": len(rows),
+            "tokens": tokens,
+            "tokens_per_s": tokens / (time.perf_counter() - start),
+            "lr": lr,
+        }
         for role in ROLES:
             record[f"loss/{role}"] = sums[role] / counts[role] if counts[role] else None
             record[f"tokens/{role}"] = counts[role]

@@ -49,8 +49,7 @@ def full_weights(model, on_every_process: bool = False) -> dict[str, torch.Tenso
     this) onto the main process's CPU, or onto every process's device."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                cpu_offload=not on_every_process))
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=not on_every_process))
 
 
 def load_full_weights(model, path: Path, main: bool) -> None:
@@ -59,5 +58,8 @@ def load_full_weights(model, path: Path, main: bool) -> None:
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    set_model_state_dict(model, load_file(path) if main else {}, options=StateDictOptions(
-        full_state_dict=True, broadcast_from_rank0=True, strict=False))
+    set_model_state_dict(
+        model,
+        load_file(path) if main else {},
+        options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False),
+    )

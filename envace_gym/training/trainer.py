@@ -47,13 +47,25 @@ class Trainer:
         self.cfg, self.out = config, Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         # vllm:PATH@BASE_URL: a server that reloads the weights from OUT/engine-weights; vllm:PATH: an engine here
-        engine = ({"weights_dir": self.out / "engine-weights"} if "@" in config.model
-                  else {"in_process": True, **config.engine_kwargs})
-        self.policy = Policy(config.model, seed=config.seed, lr=config.lr, steps=config.steps,
-                             warmup_steps=config.warmup_steps, lora_rank=config.lora_rank,
-                             gradient_checkpointing=config.gradient_checkpointing, fsdp=config.fsdp,
-                             reference=bool(config.kl_coef), engine_kwargs=engine,
-                             max_new_tokens=config.max_new_tokens, temperature=config.temperature)
+        engine = (
+            {"weights_dir": self.out / "engine-weights"}
+            if "@" in config.model
+            else {"in_process": True, **config.engine_kwargs}
+        )
+        self.policy = Policy(
+            config.model,
+            seed=config.seed,
+            lr=config.lr,
+            steps=config.steps,
+            warmup_steps=config.warmup_steps,
+            lora_rank=config.lora_rank,
+            gradient_checkpointing=config.gradient_checkpointing,
+            fsdp=config.fsdp,
+            reference=bool(config.kl_coef),
+            engine_kwargs=engine,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+        )
         self.engine = None if self.policy.generates else self.policy.agent  # gets the weights of every update
         reward = config.reward
         if reward is None:  # partial credit where the suite can give it: an all-or-nothing reward rarely varies
@@ -62,24 +74,38 @@ class Trainer:
             gold = all(suite.has_gold(suite.task(t)) for t in probe.unwrapped.task_ids)
             reward = "strict_progress" if gold else None
         self.reward = reward
-        make = dict(dynamics=config.dynamics, reward=reward, max_turns=config.max_turns,
-                    rehearsal_format=config.rehearsal_format, **config.env_kwargs)
+        make = dict(
+            dynamics=config.dynamics,
+            reward=reward,
+            max_turns=config.max_turns,
+            rehearsal_format=config.rehearsal_format,
+            **config.env_kwargs,
+        )
         n_envs = len(self._my_tasks(range(config.tasks_per_step))) * config.group_size
         if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel
             from envace_gym.distributed import EnvPool
 
-            self.envs = EnvPool(config.env_id, n_envs, config.rollout_workers, dict(split=config.split, **make),
-                                config.ray_address)
+            self.envs = EnvPool(
+                config.env_id, n_envs, config.rollout_workers, dict(split=config.split, **make), config.ray_address
+            )
             self.task_ids = gym.make(config.env_id, split=config.split, **make).unwrapped.task_ids
         else:
             self.envs = [gym.make(config.env_id, split=config.split, **make) for _ in range(n_envs)]
             self.task_ids = self.envs[0].unwrapped.task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
-        self.eval_env = gym.make(config.env_id, split=config.eval_split, dynamics=config.eval_dynamics,
-                                 max_turns=config.max_turns, **config.env_kwargs)
+        self.eval_env = gym.make(
+            config.env_id,
+            split=config.eval_split,
+            dynamics=config.eval_dynamics,
+            max_turns=config.max_turns,
+            **config.env_kwargs,
+        )
         self.step, self.cursor, self.flat_steps = 0, 0, 0
-        self.play_settings = {"env_id": config.env_id, "max_turns": config.max_turns,
-                              "max_new_tokens": config.max_new_tokens}
+        self.play_settings = {
+            "env_id": config.env_id,
+            "max_turns": config.max_turns,
+            "max_new_tokens": config.max_new_tokens,
+        }
 
     # the policy's parts, read as the trainer's own
     agent = property(lambda self: self.policy.agent)
@@ -97,7 +123,7 @@ class Trainer:
         return self.policy.full_weights(on_every_process)
 
     def _my_tasks(self, tasks):
-        return list(tasks)[self.rank::self.world]
+        return list(tasks)[self.rank :: self.world]
 
     def _logprobs(self, model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Token log-probs on the training device (bf16 autocast when configured), back on the CPU."""
@@ -122,14 +148,18 @@ class Trainer:
 
     def train_step(self) -> dict:
         start = time.perf_counter()
-        tasks = [self.task_ids[self.order[(self.cursor + i) % len(self.order)]]
-                 for i in range(self.cfg.tasks_per_step)]
+        tasks = [self.task_ids[self.order[(self.cursor + i) % len(self.order)]] for i in range(self.cfg.tasks_per_step)]
         self.cursor += self.cfg.tasks_per_step
         self.model.eval()
         mine = self._my_tasks(range(len(tasks)))
         with self.policy.unsharded():
-            rollouts = collect(self.agent, self.envs, [tasks[i] for i in mine], self.cfg.group_size,
-                               seed=self.cfg.seed + 1000 * self.step + 100 * self.rank)
+            rollouts = collect(
+                self.agent,
+                self.envs,
+                [tasks[i] for i in mine],
+                self.cfg.group_size,
+                seed=self.cfg.seed + 1000 * self.step + 100 * self.rank,
+            )
         for r in rollouts:  # the task's index in the step and a batch-wide episode id, as on one process
             r.episode = mine[r.group] * self.cfg.group_size + r.episode % self.cfg.group_size
             r.group = mine[r.group]
@@ -153,11 +183,19 @@ class Trainer:
             e = episodes.setdefault(r.episode, {"reward": r.reward, "act": 0, "rehearse": 0})
             for role in ROLES:
                 e[role] += r.generations[role]
-        record = {"step": self.step, "tasks": tasks,
-                  "reward": statistics.fmean(e["reward"] for e in episodes.values()) if episodes else None,
-                  "reward_errors": len(errors), "reward_error": next(iter(errors.values()), None),
-                  "rows": len(rollouts), "tokens": tokens, "tokens_per_s": tokens / (time.perf_counter() - start),
-                  "rollout_s": sampled - start, "update_s": time.perf_counter() - sampled, **stats}
+        record = {
+            "step": self.step,
+            "tasks": tasks,
+            "reward": statistics.fmean(e["reward"] for e in episodes.values()) if episodes else None,
+            "reward_errors": len(errors),
+            "reward_error": next(iter(errors.values()), None),
+            "rows": len(rollouts),
+            "tokens": tokens,
+            "tokens_per_s": tokens / (time.perf_counter() - start),
+            "rollout_s": sampled - start,
+            "update_s": time.perf_counter() - sampled,
+            **stats,
+        }
         for role in ROLES:
             having = [e["reward"] for e in episodes.values() if e[role]]
             record[f"reward/{role}"] = statistics.fmean(having) if having else None
@@ -177,15 +215,24 @@ class Trainer:
         self.flat_steps = self.flat_steps + 1 if flat else 0
         if not flat:
             return
-        why = (f"step {self.step}: every group's episodes scored alike (reward {rewards[0]:.3f} each)"
-               if len(set(rewards)) == 1 else f"step {self.step}: within each group the episodes scored alike")
-        partial = "" if self.reward in ("strict_progress", "progress") else \
-            "a reward with partial credit (--reward strict_progress or progress), "
-        advice = (f"so every advantage is 0 and nothing is learnt; {partial}a larger --group-size, a higher "
-                  "--temperature or a warm start (`envace-gym sft`) gives groups a spread")
+        why = (
+            f"step {self.step}: every group's episodes scored alike (reward {rewards[0]:.3f} each)"
+            if len(set(rewards)) == 1
+            else f"step {self.step}: within each group the episodes scored alike"
+        )
+        partial = (
+            ""
+            if self.reward in ("strict_progress", "progress")
+            else "a reward with partial credit (--reward strict_progress or progress), "
+        )
+        advice = (
+            f"so every advantage is 0 and nothing is learnt; {partial}a larger --group-size, a higher "
+            "--temperature or a warm start (`envace-gym sft`) gives groups a spread"
+        )
         if self.cfg.stop_after_flat_steps and self.flat_steps >= self.cfg.stop_after_flat_steps:
-            raise TrainingStalled(f"{why}, {self.flat_steps} steps in a row, {advice} (--stop-after-flat-steps 0 "
-                                  "trains on regardless)")
+            raise TrainingStalled(
+                f"{why}, {self.flat_steps} steps in a row, {advice} (--stop-after-flat-steps 0 trains on regardless)"
+            )
         warnings.warn(f"{why}, {advice}", RuntimeWarning, stacklevel=2)
 
     def update(self, rollouts: list[Rollout]) -> dict:
@@ -204,8 +251,7 @@ class Trainer:
         groups = torch.tensor([r.group for r in rollouts])
         episodes = torch.tensor([r.episode for r in rollouts])
         gens = {role: torch.tensor([r.generations[role] for r in rollouts]) for role in ROLES}
-        advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages,
-                                      episodes)
+        advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages, episodes)
         weights = {role: 1.0 if role in cfg.roles else 0.0 for role in ROLES}
         ref = None
         if self.policy.reference is not None:
@@ -220,13 +266,22 @@ class Trainer:
                 counts = {role: int((roles[rows_all] == ROLE_IDS[role]).sum()) for role in ROLES}
                 if not any(counts[role] and weights[role] for role in ROLES):
                     continue  # no tokens of a trained role in this minibatch (the same on every process)
-                mb, share = rows_all[self.rank::self.world], float(self.world)
+                mb, share = rows_all[self.rank :: self.world], float(self.world)
                 if not mb:  # fewer rows than processes: run one row at weight 0 so DDP stays in step
                     mb, share = rows_all[:1], 0.0
                 w = max(lengths[i] for i in rows_all)  # this minibatch's own width
                 logprobs = self._logprobs(self.policy.train_model, ids[mb, :w], mask[mb, :w])
-                loss, stats = grpo_loss(logprobs, old[mb, :w], advantages[mb, :w], roles[mb, :w], cfg.clip_eps,
-                                        None if ref is None else ref[mb, :w], cfg.kl_coef, weights, counts)
+                loss, stats = grpo_loss(
+                    logprobs,
+                    old[mb, :w],
+                    advantages[mb, :w],
+                    roles[mb, :w],
+                    cfg.clip_eps,
+                    None if ref is None else ref[mb, :w],
+                    cfg.kl_coef,
+                    weights,
+                    counts,
+                )
                 stats["forward_tokens"] = len(mb) * w
                 # DDP averages gradients over processes; each holds a share of the token sums
                 loss = loss * share + 0.0 * logprobs.sum()
@@ -263,13 +318,15 @@ class Trainer:
     def evaluate(self) -> dict:
         """Reward under ``eval_dynamics`` and rehearsal fidelity (shadow) on held-out tasks."""
         self.model.eval()
-        ids = self.eval_env.unwrapped.task_ids[:self.cfg.eval_tasks]
+        ids = self.eval_env.unwrapped.task_ids[: self.cfg.eval_tasks]
         rewards = [run_episode(self.eval_env, self.agent, t, seed=i)["reward"] for i, t in enumerate(ids)]
         oracle = agents.load("oracle", env=self.eval_env)
         calls = list(compare_calls(self.eval_env, oracle, self.agent, ids))
-        return {"eval/reward": statistics.fmean(rewards),
-                "eval/leaf_match": statistics.fmean(c["leaf_match"] for c in calls) if calls else None,
-                "eval/parsed": statistics.fmean(c["parsed"] for c in calls) if calls else None}
+        return {
+            "eval/reward": statistics.fmean(rewards),
+            "eval/leaf_match": statistics.fmean(c["leaf_match"] for c in calls) if calls else None,
+            "eval/parsed": statistics.fmean(c["parsed"] for c in calls) if calls else None,
+        }
 
 
 class TrainingStalled(ValueError):

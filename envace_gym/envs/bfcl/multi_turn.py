@@ -22,6 +22,12 @@ from functools import cache, cached_property
 from typing import Any
 
 import mpmath
+from bfcl_eval.constants.default_prompts import (  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
+    DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC as ADDED_FUNCTIONS_PROMPT,
+)
+from bfcl_eval.constants.default_prompts import (
+    MAXIMUM_STEP_LIMIT,
+)
 
 from envace_gym.bounded import DumpedJSON, Response
 from envace_gym.envs.bfcl import source
@@ -34,18 +40,14 @@ from envace_gym.state import deep_copy
 from envace_gym.suite import Suite, User, UserReply, World
 from envace_gym.tools import ToolSet
 
-from bfcl_eval.constants.default_prompts import (  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
-    DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC as ADDED_FUNCTIONS_PROMPT,
-    MAXIMUM_STEP_LIMIT,
-)
-
 MAX_STEPS_PER_TURN = MAXIMUM_STEP_LIMIT  # bfcl-eval's limit of tool-calling steps in one user turn
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 SYSTEM_PROMPT = (
     "You operate the tools described to you on the user's behalf. Within each user turn, keep "
     "calling tools until the request is done, then reply without a tool call; that reply ends the "
     "turn. If no available tool can do what is asked, or a needed value is missing, say so "
-    "instead of guessing.")
+    "instead of guessing."
+)
 CANNOT = "I cannot do that with the tools I have, or a value I need is missing. Could you help?"
 DONE = "Done."
 
@@ -100,8 +102,9 @@ class BFCLWorld(World):
             else:
                 result = method(**arguments)
         except Exception as e:  # a backend bug or an argument its code cannot take
-            return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, f"{name}: {e}"),
-                            native=f"Error during execution: {e}")
+            return Response(
+                error=ToolError(ErrorCode.EXECUTION_ERROR, f"{name}: {e}"), native=f"Error during execution: {e}"
+            )
         if type(result) is dict:  # most results: their JSON text is both response and native text
             try:
                 text = json.dumps(result)
@@ -119,8 +122,11 @@ def state_differences(model: BFCLWorld, gold: BFCLWorld) -> dict[str, list[str]]
     out = {}
     for class_name, gold_instance in gold.instances.items():
         instance = model.instances[class_name]
-        differing = [attr for attr, value in vars(gold_instance).items()
-                     if not attr.startswith("_") and getattr(instance, attr) != value]
+        differing = [
+            attr
+            for attr, value in vars(gold_instance).items()
+            if not attr.startswith("_") and getattr(instance, attr) != value
+        ]
         if differing:
             out[class_name] = differing
     return out
@@ -162,8 +168,9 @@ class TurnUser(User):
 
     def __init__(self, suite: MultiTurnSuite, task: Task):
         self.suite, self.task = suite, task
-        self.questions = [" ".join(m["content"] for m in turn if m["role"] == "user")
-                          for turn in task.data.raw["question"]]
+        self.questions = [
+            " ".join(m["content"] for m in turn if m["role"] == "user") for turn in task.data.raw["question"]
+        ]
         self.index = 0
 
     def opening(self, world: World) -> str:
@@ -178,7 +185,7 @@ class TurnUser(User):
         return UserReply(self.questions[self.index])
 
 
-SMALL_POWER, LARGE_NUMBER = 1000, 10 ** 9  # an exponent or a precision; any other number
+SMALL_POWER, LARGE_NUMBER = 1000, 10**9  # an exponent or a precision; any other number
 
 
 def _small(value: Any, key: str = "") -> bool:
@@ -208,8 +215,9 @@ class MultiTurnSuite(Suite):
         self._tasks: dict[str, Task] = {}
         self._toolsets: dict[tuple, ToolSet] = {}
         self._initial: dict[str, dict[str, Any]] = {}  # task id -> pristine backend instances
-        self.stateless_tools = frozenset(doc["name"] for name in source.stateless_classes()
-                                         for doc in source.class_docs(name))
+        self.stateless_tools = frozenset(
+            doc["name"] for name in source.stateless_classes() for doc in source.class_docs(name)
+        )
 
     def isolates(self, name: str, arguments: dict) -> bool:
         """A math call runs in a child only when its numbers could make it run long: an ``exponent`` or
@@ -258,8 +266,9 @@ class MultiTurnSuite(Suite):
         key = (tuple(d["name"] for d in shown), tuple(d["name"] for d in held))  # shared by entries
         if key not in self._toolsets:
             # backend methods take fixed keyword parameters: unnamed arguments are refused
-            self._toolsets[key] = ToolSet([openai_schema(d) for d in shown],
-                                          hidden=[openai_schema(d) for d in held], closed=True)
+            self._toolsets[key] = ToolSet(
+                [openai_schema(d) for d in shown], hidden=[openai_schema(d) for d in held], closed=True
+            )
         return self._toolsets[key]
 
     def system_prompt(self, task: Task) -> str:
@@ -331,14 +340,21 @@ class MultiTurnGrader(Grader):
         entry: Entry = task.data
         turns = self.turn_calls(episode)
         if len(turns) < len(entry.gold):
-            return 0.0, {"valid": False, "error_type": "multi_turn:force_terminated",
-                         "turns": len(turns), "gold_turns": len(entry.gold)}
+            return 0.0, {
+                "valid": False,
+                "error_type": "multi_turn:force_terminated",
+                "turns": len(turns),
+                "gold_turns": len(entry.gold),
+            }
         model, gold = self.suite.new_world(task), self.suite.new_world(task)
         results: list[str] = []
         for index, (calls, gold_calls) in enumerate(zip(turns, entry.gold)):
             for call in calls:
-                results.append(model.execute(call.name, call.arguments).native if call.ran
-                               else f"Error during execution: {call.content}")
+                results.append(
+                    model.execute(call.name, call.arguments).native
+                    if call.ran
+                    else f"Error during execution: {call.content}"
+                )
             gold_results = [gold.execute(c.name, c.arguments).native for c in gold_calls]
             if not gold_calls:
                 continue
@@ -348,8 +364,10 @@ class MultiTurnGrader(Grader):
             elif diff := state_differences(model, gold):
                 failure = {"error_type": "multi_turn:instance_state_mismatch", "differences": diff}
             elif missing := list((Counter(gold_results) - Counter(results)).elements()):
-                failure = {"error_type": "multi_turn:execution_response_mismatch",
-                           "missing": [m[:200] for m in missing]}
+                failure = {
+                    "error_type": "multi_turn:execution_response_mismatch",
+                    "missing": [m[:200] for m in missing],
+                }
             if failure:
                 return 0.0, {"valid": False, "turn": index, **failure}
         return 1.0, {"valid": True, "checked_turns": sum(1 for g in entry.gold if g)}
@@ -360,15 +378,17 @@ class MultiTurnGrader(Grader):
         turns = self.turn_calls(episode)
         checks = []
         for index, gold_calls in enumerate(entry.gold):
-            made = [self._normalized(task, c.name, c.arguments)
-                    for c in (turns[index] if index < len(turns) else []) if c.ran]
+            made = [
+                self._normalized(task, c.name, c.arguments)
+                for c in (turns[index] if index < len(turns) else [])
+                if c.ran
+            ]
             for gold_call in gold_calls:
                 wanted = self._normalized(task, gold_call.name, gold_call.arguments)
                 met = wanted in made
                 if met:
                     made.remove(wanted)
-                checks.append({"turn": index, "action": gold_call.name, "arguments": gold_call.arguments,
-                               "met": met})
+                checks.append({"turn": index, "action": gold_call.name, "arguments": gold_call.arguments, "met": met})
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
 
@@ -382,12 +402,14 @@ class MultiTurnGrader(Grader):
         except TypeError:
             return name, json.dumps(arguments, sort_keys=True, default=str)
         bound.apply_defaults()
-        return name, json.dumps({k: v for k, v in bound.arguments.items() if k != "self"},
-                                sort_keys=True, default=str)
+        return name, json.dumps({k: v for k, v in bound.arguments.items() if k != "self"}, sort_keys=True, default=str)
 
     def gold_calls(self, task: Task) -> list[dict]:
-        return [{"name": c.name, "arguments": c.arguments, "requestor": "assistant"}
-                for turn in task.data.gold for c in turn]
+        return [
+            {"name": c.name, "arguments": c.arguments, "requestor": "assistant"}
+            for turn in task.data.gold
+            for c in turn
+        ]
 
     def oracle_plan(self, task: Task) -> list[Any]:
         """Per turn: all its ground-truth calls in one message, then a closing reply."""

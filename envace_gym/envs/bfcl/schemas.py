@@ -5,12 +5,20 @@ from __future__ import annotations
 import re
 
 # BFCL's Python-flavoured type names and their JSON Schema counterparts; "any" has no constraint
-JSON_TYPES = {"dict": "object", "object": "object", "float": "number", "number": "number",
-              "integer": "integer", "string": "string", "boolean": "boolean",
-              "array": "array", "tuple": "array", "any": None,
-              "integer_or_string": ["integer", "string"]}  # not BFCL's: see multi_turn.corrected
-KEPT = ("description", "default", "enum", "required", "format", "maximum", "minimum",
-        "minItems", "maxItems")
+JSON_TYPES = {
+    "dict": "object",
+    "object": "object",
+    "float": "number",
+    "number": "number",
+    "integer": "integer",
+    "string": "string",
+    "boolean": "boolean",
+    "array": "array",
+    "tuple": "array",
+    "any": None,
+    "integer_or_string": ["integer", "string"],
+}  # not BFCL's: see multi_turn.corrected
+KEPT = ("description", "default", "enum", "required", "format", "maximum", "minimum", "minItems", "maxItems")
 
 
 def json_schema(node: dict) -> dict:
@@ -42,6 +50,7 @@ def openai_schema(doc: dict) -> dict:
     params = json_schema(doc.get("parameters") or {"type": "dict", "properties": {}})
     params.setdefault("type", "object")
     params.setdefault("properties", {})
-    return {"type": "function", "function": {"name": tool_name(doc["name"]),
-                                             "description": doc.get("description", ""),
-                                             "parameters": params}}
+    return {
+        "type": "function",
+        "function": {"name": tool_name(doc["name"]), "description": doc.get("description", ""), "parameters": params},
+    }

@@ -11,6 +11,7 @@ from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
+from bfcl_eval.constants.enums import Language  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
 
 from envace_gym.bounded import Response
 from envace_gym.envs.bfcl import source
@@ -22,14 +23,23 @@ from envace_gym.messages import format_tool_call
 from envace_gym.suite import Suite, User, World
 from envace_gym.tools import ToolSet
 
-from bfcl_eval.constants.enums import Language  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
-
-CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
-              "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
-              "live_irrelevance", "live_relevance")
+CATEGORIES = (
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_irrelevance",
+    "live_relevance",
+)
 SYSTEM_PROMPT = (
     "Answer the user's request in a single reply made of the tool calls that fulfil it, all of "
-    "them at once. If no available tool fits the request, reply in words without a tool call.")
+    "them at once. If no available tool fits the request, reply in words without a tool call."
+)
 NO_TOOL = "None of the available tools can do that."
 CHECKER_MODEL = "envace-gym"  # the model name bfcl-eval's checker is given
 
@@ -64,8 +74,9 @@ class NoBackend(World):
     """BFCL's single-turn functions exist only as docs: a call is scored, never run."""
 
     def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
-        return Response(error=ToolError(ErrorCode.EXECUTION_ERROR,
-                                        "BFCL single-turn functions have no executable backend"))
+        return Response(
+            error=ToolError(ErrorCode.EXECUTION_ERROR, "BFCL single-turn functions have no executable backend")
+        )
 
     def fork(self) -> NoBackend:
         return self
@@ -129,8 +140,9 @@ class SingleTurnSuite(Suite):
         return NoBackend()
 
     def opening_messages(self, task: Task) -> list[dict]:
-        return [{"role": m["role"], "content": m["content"]}
-                for m in self._messages(task)[:-1] if m["role"] != "system"]
+        return [
+            {"role": m["role"], "content": m["content"]} for m in self._messages(task)[:-1] if m["role"] != "system"
+        ]
 
     def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User:
         if isinstance(kind, User):
@@ -168,10 +180,14 @@ class SingleTurnGrader(Grader):
             return 0.0, {"valid": False, "error_type": "ast_decoder:decoder_failed"}
         names = {tool_name(d["name"]): d["name"] for d in task.data["function"]}
         output = [{names.get(c.name, c.name): c.arguments} for c in calls]
-        result = source.ast_checker()(task.data["function"], output, self.answers[task.id],
-                                      Language.PYTHON, category, CHECKER_MODEL)
-        return float(result["valid"]), {"valid": result["valid"], "error_type": result.get("error_type"),
-                                        "error": result.get("error", [])[:3]}
+        result = source.ast_checker()(
+            task.data["function"], output, self.answers[task.id], Language.PYTHON, category, CHECKER_MODEL
+        )
+        return float(result["valid"]), {
+            "valid": result["valid"],
+            "error_type": result.get("error_type"),
+            "error": result.get("error", [])[:3],
+        }
 
     def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
         """The same verdict: a single-turn answer is its calls."""
@@ -191,7 +207,7 @@ class SingleTurnGrader(Grader):
             return [{"name": first, "arguments": arguments, "requestor": "assistant"}]
         out = []
         for answer in self.answers[task.id]:
-            (name, params), = answer.items()
+            ((name, params),) = answer.items()
             out.append({"name": tool_name(name), "arguments": _first_choices(params), "requestor": "assistant"})
         return out
 

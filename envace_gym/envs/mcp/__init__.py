@@ -1,9 +1,9 @@
 """Any MCP server as envace-gym worlds, and FinMCP-Bench-style tasks (offline on their recordings).
 
-    from envace_gym.envs.mcp import make_env
-    env = make_env("python my_server.py", tasks="tasks.jsonl", dynamics="real")   # stdio
-    env = make_env("http://127.0.0.1:8000/mcp", tasks=[...])                      # streamable HTTP
-    env = make_env(None, tasks=load_finmcp("finmcp.jsonl"), dynamics="replay")      # offline
+from envace_gym.envs.mcp import make_env
+env = make_env("python my_server.py", tasks="tasks.jsonl", dynamics="real")   # stdio
+env = make_env("http://127.0.0.1:8000/mcp", tasks=[...])                      # streamable HTTP
+env = make_env(None, tasks=load_finmcp("finmcp.jsonl"), dynamics="replay")      # offline
 """
 
 from __future__ import annotations
@@ -41,6 +41,23 @@ def make_env(server: Any, tasks: str | Path | Sequence[Task | dict | str], **kwa
     return MCPEnv(MCPSuite(as_tasks(tasks), server, **options), owns_suite=True, **kwargs)
 
 
-__all__ = ["DetachedWorld", "ForkError", "Http", "InProcess", "MCPEnv", "MCPSuite", "MCPWorld", "RecordedWorld",
-           "ServerError", "Stdio", "TaskRecord", "as_tasks", "finmcp_tasks", "function_schema", "load_finmcp",
-           "load_tasks", "make_env", "response_of"]
+__all__ = [
+    "DetachedWorld",
+    "ForkError",
+    "Http",
+    "InProcess",
+    "MCPEnv",
+    "MCPSuite",
+    "MCPWorld",
+    "RecordedWorld",
+    "ServerError",
+    "Stdio",
+    "TaskRecord",
+    "as_tasks",
+    "finmcp_tasks",
+    "function_schema",
+    "load_finmcp",
+    "load_tasks",
+    "make_env",
+    "response_of",
+]

@@ -58,8 +58,10 @@ class Stdio:
         else:
             found = shutil.which(self.command, path=(self.env or {}).get("PATH", os.environ.get("PATH"))) is not None
         if not found:
-            raise ServerError(f"cannot start the MCP server {self.name!r}: no executable {self.command!r} "
-                              + ("at that path" if os.sep in self.command else "on PATH"))
+            raise ServerError(
+                f"cannot start the MCP server {self.name!r}: no executable {self.command!r} "
+                + ("at that path" if os.sep in self.command else "on PATH")
+            )
 
     @property
     def name(self) -> str:
@@ -78,9 +80,12 @@ class Stdio:
         """The transport of one session: the server under its guard. The guard's own stderr is the
         process's real one (``sys.__stderr__``), so a replaced ``sys.stderr`` without a file
         descriptor (a notebook's, a test runner's) does not stop the server from starting."""
-        params = StdioServerParameters(command=sys.executable,
-                                       args=["-I", "-S", GUARD, str(os.getpid()), str(self.log), self.command,
-                                             *self.args], env=self.env, cwd=self.cwd)
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-I", "-S", GUARD, str(os.getpid()), str(self.log), self.command, *self.args],
+            env=self.env,
+            cwd=self.cwd,
+        )
         return stdio_client(params, errlog=sys.__stderr__ or open(os.devnull, "w"))
 
 
@@ -195,8 +200,7 @@ class Runtime:
     ``call_timeout`` bounds every request; ``pool_size`` stdio spares are kept started.
     """
 
-    def __init__(self, spec: Stdio | Http | InProcess, call_timeout: float, startup_timeout: float,
-                 pool_size: int):
+    def __init__(self, spec: Stdio | Http | InProcess, call_timeout: float, startup_timeout: float, pool_size: int):
         self.spec, self.call_timeout, self.startup_timeout = spec, call_timeout, startup_timeout
         self.pool_size = pool_size if isinstance(spec, Stdio) else 0
         self._spares: deque[Session] = deque()
@@ -204,8 +208,9 @@ class Runtime:
         self._lock = threading.Lock()
         self._closed = False
         started = threading.Event()
-        self._thread = threading.Thread(target=anyio.run, args=(self._serve, started), daemon=True,
-                                        name=f"envace-mcp {spec.name}"[:60])
+        self._thread = threading.Thread(
+            target=anyio.run, args=(self._serve, started), daemon=True, name=f"envace-mcp {spec.name}"[:60]
+        )
         self._thread.start()
         started.wait()
 
@@ -241,7 +246,8 @@ class Runtime:
                 raise ServerError(
                     f"the MCP server {self.spec.name} is one shared world with an episode running on it; "
                     "close that episode's env first, or declare Http(url, isolated=True) if the server "
-                    "gives each session its own state")
+                    "gives each session its own state"
+                )
             session = None
             while self._spares and session is None:
                 session = self._spares.popleft()
@@ -255,10 +261,15 @@ class Runtime:
             where = ""
             if isinstance(self.spec, Stdio):
                 tail = log_tail(self.spec.log)
-                where = f"; its stderr ends: {tail} (all of it in {self.spec.log})" if tail else \
-                    f"; its stderr is in {self.spec.log}"
-            raise ServerError(f"cannot open a session on the MCP server {self.spec.name} (it did not start or "
-                              f"cannot be reached): {_describe(session.error)}{where}")
+                where = (
+                    f"; its stderr ends: {tail} (all of it in {self.spec.log})"
+                    if tail
+                    else f"; its stderr is in {self.spec.log}"
+                )
+            raise ServerError(
+                f"cannot open a session on the MCP server {self.spec.name} (it did not start or "
+                f"cannot be reached): {_describe(session.error)}{where}"
+            )
         with self._lock:
             self.live.add(session)
         return session
@@ -330,22 +341,23 @@ class Runtime:
             return self.portal.call(bounded)
         except TimeoutError:
             self.release(session)
-            raise ServerError(f"the MCP server {self.spec.name} did not answer {method} {args[:1]} "
-                              f"within {self.call_timeout} s") from None
+            raise ServerError(
+                f"the MCP server {self.spec.name} did not answer {method} {args[:1]} within {self.call_timeout} s"
+            ) from None
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:
                 raise
             error: Exception = e
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError,
-                RuntimeError) as e:
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError, RuntimeError) as e:
             error = e
         except ValidationError:  # a malformed result: the session itself is fine
             raise
         except Exception as e:  # a transport's own failure (an HTTP server gone, say)
             error = e
         self.release(session)
-        raise ServerError(f"the MCP server {self.spec.name} died or closed the connection "
-                          f"({_describe(error)})") from None
+        raise ServerError(
+            f"the MCP server {self.spec.name} died or closed the connection ({_describe(error)})"
+        ) from None
 
     def call_tool(self, session: Session, name: str, arguments: dict) -> CallToolResult:
         return self.request(session, "call_tool", name, arguments)

@@ -12,14 +12,14 @@ from typing import Any
 
 from envace_gym.bounded import Response
 from envace_gym.env import EnvACEEnv
+from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
+from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld
 from envace_gym.episode import Task
 from envace_gym.grader import Grader
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
 from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Suite, World
 from envace_gym.tools import MAX_TOOLS, ToolSet
-from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
-from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld
 
 WORLD_DYNAMICS = ("real", "mixed", "shadow")  # the dynamics whose calls a world executes
 MAX_PAGES, LIST_SECONDS = 100, 60.0  # bounds of one tools/list: pages followed, seconds in all
@@ -32,10 +32,16 @@ def function_schema(tool: Any) -> dict:
         return tool
     if not isinstance(tool, dict):
         tool = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
-    parameters = tool.get("inputSchema") or tool.get("input_schema") or tool.get("parameters") \
+    parameters = (
+        tool.get("inputSchema")
+        or tool.get("input_schema")
+        or tool.get("parameters")
         or {"type": "object", "properties": {}}
-    return {"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""),
-                                             "parameters": parameters}}
+    )
+    return {
+        "type": "function",
+        "function": {"name": tool["name"], "description": tool.get("description", ""), "parameters": parameters},
+    }
 
 
 class MCPSuite(Suite):
@@ -53,9 +59,16 @@ class MCPSuite(Suite):
     ends the episode. :meth:`close` stops the servers (so does garbage collection).
     """
 
-    def __init__(self, tasks: Sequence[Task], server: Any = None, name: str = "mcp",
-                 deterministic: bool = False, pool_size: int = 1, call_timeout: float = 10.0,
-                 startup_timeout: float = 30.0):
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        server: Any = None,
+        name: str = "mcp",
+        deterministic: bool = False,
+        pool_size: int = 1,
+        call_timeout: float = 10.0,
+        startup_timeout: float = 30.0,
+    ):
         self.name, self.tasks = name, list(tasks)
         self.spec: Stdio | Http | InProcess | None = None if server is None else server_spec(server)
         self.deterministic, self.pool_size = deterministic, pool_size
@@ -93,8 +106,10 @@ class MCPSuite(Suite):
                 tools, pages = list(page.tools), 1
                 while page.next_cursor:
                     if pages >= MAX_PAGES or len(tools) > MAX_TOOLS or time.monotonic() > deadline:
-                        raise ServerError(f"the MCP server {self.spec.name}'s tools/list goes past {MAX_PAGES} "
-                                          f"pages, {MAX_TOOLS} tools or {LIST_SECONDS} s; it is refused")
+                        raise ServerError(
+                            f"the MCP server {self.spec.name}'s tools/list goes past {MAX_PAGES} "
+                            f"pages, {MAX_TOOLS} tools or {LIST_SECONDS} s; it is refused"
+                        )
                     page = runtime.request(session, "list_tools", cursor=page.next_cursor)
                     tools += page.tools
                     pages += 1
@@ -117,8 +132,10 @@ class MCPSuite(Suite):
                 schemas = self._listed_tools()
             names = {s["function"]["name"] for s in schemas}
             if subset and not set(subset) <= names:
-                raise ValueError(f"task {task.id!r} names tools its server does not list: "
-                                 f"{sorted(set(subset) - names)}; it lists {sorted(names)}")
+                raise ValueError(
+                    f"task {task.id!r} names tools its server does not list: "
+                    f"{sorted(set(subset) - names)}; it lists {sorted(names)}"
+                )
             self._toolsets[key] = ToolSet([s for s in schemas if not subset or s["function"]["name"] in subset])
         return self._toolsets[key]
 
@@ -148,8 +165,10 @@ class MCPGrader(Grader):
     def gold_calls(self, task: Task) -> list[dict]:
         """The gold calls, each with its ``step`` (calls of one step form one parallel group) and
         its user ``turn`` (the index of the user message it answers)."""
-        return [{**call, "step": task.gold[i].get("step", i), "turn": task.gold[i].get("turn", 0)}
-                for i, call in enumerate(super().gold_calls(task))]
+        return [
+            {**call, "step": task.gold[i].get("step", i), "turn": task.gold[i].get("turn", 0)}
+            for i, call in enumerate(super().gold_calls(task))
+        ]
 
     def oracle_plan(self, task: Task) -> list[Any]:
         """For each user turn: each gold step as one message of its calls, then a text reply
@@ -205,8 +224,10 @@ class MCPEnv(EnvACEEnv):
         ep = self.episode
         if ep is None or (dynamics or ep.dynamics) in WORLD_DYNAMICS:
             if ep is not None and isinstance(ep.world, DetachedWorld):
-                raise ForkError("this branch was forked without a world, so it has none to fork under "
-                                f"{dynamics or ep.dynamics!r} dynamics: fork the real episode instead")
+                raise ForkError(
+                    "this branch was forked without a world, so it has none to fork under "
+                    f"{dynamics or ep.dynamics!r} dynamics: fork the real episode instead"
+                )
             clone = super().fork(dynamics, reward)
         else:
             world, ep.world = ep.world, DetachedWorld()

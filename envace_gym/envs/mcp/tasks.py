@@ -123,8 +123,7 @@ def _turns(messages: list[dict]) -> list[dict]:
     responses = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
     for m in messages:
         if m.get("role") == "user":
-            turns.append({"user": m.get("content") or "", "messages": [], "gold": [], "recording": [],
-                          "answer": None})
+            turns.append({"user": m.get("content") or "", "messages": [], "gold": [], "recording": [], "answer": None})
         if not turns or m.get("role") == "system":
             continue
         turn = turns[-1]
@@ -134,13 +133,20 @@ def _turns(messages: list[dict]) -> list[dict]:
                 name, arguments = call["function"]["name"], _arguments(call["function"])
                 turn["gold"].append({"name": name, "arguments": arguments, "step": step, "turn": len(turns) - 1})
                 if call.get("id") in responses:
-                    turn["recording"].append({"name": name, "arguments": arguments,
-                                              "response": responses[call["id"]]})
+                    turn["recording"].append({"name": name, "arguments": arguments, "response": responses[call["id"]]})
             step += bool(calls)
             if not calls and m.get("content"):
                 turn["answer"] = m["content"]
-            m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": _arguments(c["function"])}}
-                                     for c in calls]} if calls else m
+            m = (
+                {
+                    **m,
+                    "tool_calls": [
+                        {**c, "function": {**c["function"], "arguments": _arguments(c["function"])}} for c in calls
+                    ],
+                }
+                if calls
+                else m
+            )
         elif m.get("role") == "tool":  # escaped as a step escapes a response: no tag survives
             m = {**m, "content": escape_tags(Response.from_native(m.get("content")).content)}
         turn["messages"].append(m)
@@ -163,21 +169,34 @@ def finmcp_tasks(sample: dict, teacher_forced: bool = False) -> list[Task]:
     missing = sorted({g["name"] for t in turns for g in t["gold"]} - listed) if tools else []
     if missing:  # every such call would be rejected, while tool_f1 still counted it
         raise ValueError(f"the trajectory calls {', '.join(missing)}, which tool_list does not hold")
-    common = {"tool_schemas": [t for t in tools if not isinstance(t, str)], "tools": names or None,
-              "system": system, "recording": [r for t in turns for r in t["recording"]],
-              "meta": {"scenery": sample.get("scenery"), "diff_level": sample.get("diff_level"),
-                       "kind": sample.get("task")}}
+    common = {
+        "tool_schemas": [t for t in tools if not isinstance(t, str)],
+        "tools": names or None,
+        "system": system,
+        "recording": [r for t in turns for r in t["recording"]],
+        "meta": {"scenery": sample.get("scenery"), "diff_level": sample.get("diff_level"), "kind": sample.get("task")},
+    }
     sample_id = str(sample["id"])
     if not teacher_forced or len(turns) == 1:
-        record = TaskRecord(id=sample_id, user=[t["user"] for t in turns],
-                            gold=[g for t in turns for g in t["gold"]],
-                            answer=sample.get("answer") or turns[-1]["answer"], **common)
+        record = TaskRecord(
+            id=sample_id,
+            user=[t["user"] for t in turns],
+            gold=[g for t in turns for g in t["gold"]],
+            answer=sample.get("answer") or turns[-1]["answer"],
+            **common,
+        )
         return [record.task()]
     tasks, history = [], []
     for k, turn in enumerate(turns):
         gold = [{**call, "turn": 0} for call in turn["gold"]]
-        record = TaskRecord(id=f"{sample_id}#turn{k + 1}", user=turn["user"], gold=gold,
-                            answer=turn["answer"], history=list(history), **common)
+        record = TaskRecord(
+            id=f"{sample_id}#turn{k + 1}",
+            user=turn["user"],
+            gold=gold,
+            answer=turn["answer"],
+            history=list(history),
+            **common,
+        )
         tasks.append(record.task())
         history += turn["messages"]
     return tasks

@@ -12,10 +12,10 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError
 
 from envace_gym.bounded import Response
+from envace_gym.envs.mcp.runtime import InProcess, Runtime, ServerError
 from envace_gym.episode import recorded, recording_key
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.suite import World
-from envace_gym.envs.mcp.runtime import InProcess, Runtime, ServerError
 
 
 class ForkError(RuntimeError):
@@ -63,11 +63,13 @@ class MCPWorld(World):
             self.failure = str(e)
             return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, self.failure))
         except MCPError as e:
-            response = Response(error=ToolError(ErrorCode.EXECUTION_ERROR,
-                                                f"MCP error {e.code} from {name}: {e.message}"[:1000]))
+            response = Response(
+                error=ToolError(ErrorCode.EXECUTION_ERROR, f"MCP error {e.code} from {name}: {e.message}"[:1000])
+            )
         except ValidationError as e:
-            response = Response(error=ToolError(ErrorCode.EXECUTION_ERROR,
-                                                f"{name}: the server's result is malformed: {e}"[:1000]))
+            response = Response(
+                error=ToolError(ErrorCode.EXECUTION_ERROR, f"{name}: the server's result is malformed: {e}"[:1000])
+            )
         self.log.append((name, arguments, _digest(response.content)))
         return response
 
@@ -81,17 +83,21 @@ class MCPWorld(World):
             twin.log = list(self.log)
             return twin
         if not self.deterministic:
-            raise ForkError(f"the MCP server {spec.name} is opaque: its state cannot be copied. Fork with "
-                            "dynamics='rehearsed' or 'simulated' (no world needed), or declare the server "
-                            "deterministic (MCPSuite(..., deterministic=True)) to fork by replaying its calls")
+            raise ForkError(
+                f"the MCP server {spec.name} is opaque: its state cannot be copied. Fork with "
+                "dynamics='rehearsed' or 'simulated' (no world needed), or declare the server "
+                "deterministic (MCPSuite(..., deterministic=True)) to fork by replaying its calls"
+            )
         twin = MCPWorld(self.runtime, True)
         for i, (name, arguments, (digest, head)) in enumerate(self.log):
             again = twin.execute(name, arguments).content
             if _digest(again)[0] != digest:
                 twin.close()
-                raise ForkError(f"the MCP server {spec.name} was declared deterministic, but replaying call "
-                                f"{i} ({name} {json.dumps(arguments)[:300]}) on a fresh server answered "
-                                f"{again[:300]} where the episode got {head}")
+                raise ForkError(
+                    f"the MCP server {spec.name} was declared deterministic, but replaying call "
+                    f"{i} ({name} {json.dumps(arguments)[:300]}) on a fresh server answered "
+                    f"{again[:300]} where the episode got {head}"
+                )
         return twin
 
     def close(self, wait: bool = True) -> None:
@@ -123,8 +129,11 @@ class DetachedWorld(World):
     """The world of a fork that needs none (rehearsed, simulated or replay dynamics)."""
 
     def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
-        return Response(error=ToolError(ErrorCode.EXECUTION_ERROR,
-                                        "this fork was made without a world; fork the real episode instead"))
+        return Response(
+            error=ToolError(
+                ErrorCode.EXECUTION_ERROR, "this fork was made without a world; fork the real episode instead"
+            )
+        )
 
     def fork(self) -> World:
         return DetachedWorld()

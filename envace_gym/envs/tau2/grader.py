@@ -31,15 +31,20 @@ class Tau2Grader(Grader):
         self._gold_dumps: dict[str, tuple[dict, dict]] = {}  # task id -> dumps of its gold world's items
 
     def gold_calls(self, task: Task) -> list[dict]:
-        return [{"name": a.name, "arguments": a.arguments, "requestor": a.requestor}
-                for a in self.suite.gold_actions(task)]
+        return [
+            {"name": a.name, "arguments": a.arguments, "requestor": a.requestor} for a in self.suite.gold_actions(task)
+        ]
 
     def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
-        predicted = [Tau2ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor=c.requestor)
-                     for c in episode.calls if c.ran]
-        checks = [{"action": a.name, "arguments": a.arguments,
-                   "met": any(a.compare_with_tool_call(p) for p in predicted)}
-                  for a in self.suite.gold_actions(task)]
+        predicted = [
+            Tau2ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor=c.requestor)
+            for c in episode.calls
+            if c.ran
+        ]
+        checks = [
+            {"action": a.name, "arguments": a.arguments, "met": any(a.compare_with_tool_call(p) for p in predicted)}
+            for a in self.suite.gold_actions(task)
+        ]
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
 
@@ -105,8 +110,11 @@ class Tau2Grader(Grader):
 
     def communicate_checks(self, task: Task, episode: Episode) -> list[dict]:
         """tau2's COMMUNICATE check per item: said (case-insensitive, commas ignored) in an assistant message."""
-        texts = [m["content"].lower().replace(",", "") for m in episode.messages
-                 if m["role"] == "assistant" and isinstance(m.get("content"), str)]
+        texts = [
+            m["content"].lower().replace(",", "")
+            for m in episode.messages
+            if m["role"] == "assistant" and isinstance(m.get("content"), str)
+        ]
         return [{"info": s, "met": any(s.lower() in t for t in texts)} for s in self.suite.communicate_info(task)]
 
     def oracle_plan(self, task: Task) -> list[Any]:
@@ -118,8 +126,7 @@ class Tau2Grader(Grader):
             if a.requestor == "assistant":
                 plan.append(format_tool_call(a.name, a.arguments))
             else:
-                plan.append(f"Please do this on your phone: {a.name} with arguments "
-                            f"{json.dumps(a.arguments)}.")
+                plan.append(f"Please do this on your phone: {a.name} with arguments {json.dumps(a.arguments)}.")
         info = self.suite.communicate_info(task)
         summary = ("To sum up: " + "; ".join(info) + ".") if info else "Your request is complete."
         if plan and actions[-1].name == self.suite.transfer_tool:

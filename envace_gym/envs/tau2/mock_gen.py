@@ -31,22 +31,98 @@ BUDGET = 290
 CALL_COST = {"get_users": 45, "create_task": 110, "update_task_status": 95, "transfer_to_human_agents": 80}
 USER_COST = 26
 TEST_SHARE = 8  # one instruction hash in TEST_SHARE belongs to the test split
-FIRST = ("Ana", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hugo", "Ines", "Jonah", "Kira",
-         "Liam", "Maya", "Nikhil", "Olga", "Pablo", "Quinn", "Rosa", "Sami", "Tara", "Umar",
-         "Vera", "Wes", "Yara", "Zoe")
-LAST = ("Abbott", "Banerjee", "Castro", "Dunn", "Eriksen", "Fischer", "Garcia", "Hale", "Ito",
-        "Jensen", "Kowalski", "Lopez", "Mensah", "Novak", "Okafor", "Park", "Rossi", "Silva",
-        "Tanaka", "Varga")
+FIRST = (
+    "Ana",
+    "Ben",
+    "Chloe",
+    "Dev",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jonah",
+    "Kira",
+    "Liam",
+    "Maya",
+    "Nikhil",
+    "Olga",
+    "Pablo",
+    "Quinn",
+    "Rosa",
+    "Sami",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Wes",
+    "Yara",
+    "Zoe",
+)
+LAST = (
+    "Abbott",
+    "Banerjee",
+    "Castro",
+    "Dunn",
+    "Eriksen",
+    "Fischer",
+    "Garcia",
+    "Hale",
+    "Ito",
+    "Jensen",
+    "Kowalski",
+    "Lopez",
+    "Mensah",
+    "Novak",
+    "Okafor",
+    "Park",
+    "Rossi",
+    "Silva",
+    "Tanaka",
+    "Varga",
+)
 NAMES = tuple(f"{first} {last}" for first in FIRST for last in LAST)
-TITLES = ("Book venue", "Pay invoices", "Update roadmap", "Call supplier", "Review budget",
-          "Plan offsite", "Fix login bug", "Order laptops", "Draft newsletter", "Renew domain",
-          "Hire designer", "Clean backlog", "Prepare demo", "Write report", "Test release",
-          "Archive files", "Send survey", "Audit access", "Sign contract", "Train interns",
-          "Refresh slides", "Migrate database", "Schedule retro", "Check backups",
-          "Translate docs", "Onboard client", "Print badges", "Set up printer", "Reply to legal",
-          "Collect feedback")
-DESCRIPTIONS = ("Before Friday", "High priority", "Ask finance first", "For the Q3 review",
-                "Needs two quotes", "Share with the team", "Due next week", "Keep it short")
+TITLES = (
+    "Book venue",
+    "Pay invoices",
+    "Update roadmap",
+    "Call supplier",
+    "Review budget",
+    "Plan offsite",
+    "Fix login bug",
+    "Order laptops",
+    "Draft newsletter",
+    "Renew domain",
+    "Hire designer",
+    "Clean backlog",
+    "Prepare demo",
+    "Write report",
+    "Test release",
+    "Archive files",
+    "Send survey",
+    "Audit access",
+    "Sign contract",
+    "Train interns",
+    "Refresh slides",
+    "Migrate database",
+    "Schedule retro",
+    "Check backups",
+    "Translate docs",
+    "Onboard client",
+    "Print badges",
+    "Set up printer",
+    "Reply to legal",
+    "Collect feedback",
+)
+DESCRIPTIONS = (
+    "Before Friday",
+    "High priority",
+    "Ask finance first",
+    "For the Q3 review",
+    "Needs two quotes",
+    "Share with the team",
+    "Due next week",
+    "Keep it short",
+)
 
 
 def generate(split: str, index: int, seed: int = 0) -> dict:
@@ -70,8 +146,12 @@ def token_cost(instruction: str, db: dict, steps: list[dict]) -> int:
     if any(s["lookup"] for s in steps):
         calls.append("get_users")
     ids = {i for s in steps for i in s["communicate"]}
-    return (len(instruction) // 3 + sum(CALL_COST[name] for name in calls) + 5 * len(ids)
-            + (USER_COST * len(db["users"]) if "get_users" in calls else 0))
+    return (
+        len(instruction) // 3
+        + sum(CALL_COST[name] for name in calls)
+        + 5 * len(ids)
+        + (USER_COST * len(db["users"]) if "get_users" in calls else 0)
+    )
 
 
 def _split_of(instruction: str) -> str:
@@ -86,8 +166,12 @@ def _draw_db(rng: random.Random) -> dict:
     tasks = {}
     for i, title in enumerate(rng.sample(TITLES, rng.randint(1, 4)), 1):
         task_id = f"task_{i}"
-        tasks[task_id] = {"task_id": task_id, "title": title, "status": rng.choice(("pending", "completed")),
-                          "description": rng.choice((None, *DESCRIPTIONS))}
+        tasks[task_id] = {
+            "task_id": task_id,
+            "title": title,
+            "status": rng.choice(("pending", "completed")),
+            "description": rng.choice((None, *DESCRIPTIONS)),
+        }
         users[rng.choice(list(users))]["tasks"].append(task_id)
     return {"users": users, "tasks": tasks}
 
@@ -137,8 +221,11 @@ def _complete_new(rng, state, steps):
         return None
     task_id = steps[-1]["communicate"][0]
     state["tasks"][task_id]["status"] = "completed"
-    return _step("complete_new", "mark that new task as completed",
-                 [("update_task_status", {"task_id": task_id, "status": "completed"})])
+    return _step(
+        "complete_new",
+        "mark that new task as completed",
+        [("update_task_status", {"task_id": task_id, "status": "completed"})],
+    )
 
 
 def _set_status(status: str, text: str, kind: str):
@@ -148,22 +235,28 @@ def _set_status(status: str, text: str, kind: str):
             return None
         task_id = rng.choice(ids)
         state["tasks"][task_id].update(status=status, touched=True)
-        return _step(kind, text.format(id=task_id, title=state["tasks"][task_id]["title"]),
-                     [("update_task_status", {"task_id": task_id, "status": status})])
+        return _step(
+            kind,
+            text.format(id=task_id, title=state["tasks"][task_id]["title"]),
+            [("update_task_status", {"task_id": task_id, "status": status})],
+        )
+
     return step
 
 
 def _complete_all(rng, state, steps):
-    users = [u for u in state["users"].values()
-             if any(state["tasks"][i]["status"] == "pending" for i in u["tasks"])]
+    users = [u for u in state["users"].values() if any(state["tasks"][i]["status"] == "pending" for i in u["tasks"])]
     if not users:
         return None
     user = rng.choice(users)
     for task_id in user["tasks"]:
         state["tasks"][task_id].update(status="completed", touched=True)
-    return _step("complete_all", f"mark every task of {user['name']} as completed",
-                 [("update_task_status", {"task_id": i, "status": "completed"}) for i in user["tasks"]],
-                 lookup=True)
+    return _step(
+        "complete_all",
+        f"mark every task of {user['name']} as completed",
+        [("update_task_status", {"task_id": i, "status": "completed"}) for i in user["tasks"]],
+        lookup=True,
+    )
 
 
 def _list(rng, state, steps):
@@ -172,8 +265,9 @@ def _list(rng, state, steps):
         return None
     user = rng.choice(users)
     state["listed"].add(user["user_id"])
-    return _step("list", f"tell me the ids of the tasks assigned to {user['name']}", [],
-                 list(user["tasks"]), lookup=True)
+    return _step(
+        "list", f"tell me the ids of the tasks assigned to {user['name']}", [], list(user["tasks"]), lookup=True
+    )
 
 
 def _unknown_user(rng, state, steps):
@@ -198,11 +292,15 @@ def _step(kind: str, text: str, actions: list, communicate: list | None = None, 
 
 
 STEPS = {  # kind: (step maker, weight)
-    "create": (_create, 2), "complete_new": (_complete_new, 3),
+    "create": (_create, 2),
+    "complete_new": (_complete_new, 3),
     "complete": (_set_status("completed", "mark {id} ('{title}') as completed", "complete"), 2),
     "reopen": (_set_status("pending", "set {id} ('{title}') back to pending", "reopen"), 1),
-    "complete_all": (_complete_all, 1), "list": (_list, 1), "unknown_user": (_unknown_user, 0.3),
-    "delete": (_delete, 0.5)}
+    "complete_all": (_complete_all, 1),
+    "list": (_list, 1),
+    "unknown_user": (_unknown_user, 0.3),
+    "delete": (_delete, 0.5),
+}
 
 
 def tau2_task(task_id: str, instruction: str, db: dict, steps: list[dict]) -> dict:
@@ -212,8 +310,9 @@ def tau2_task(task_id: str, instruction: str, db: dict, steps: list[dict]) -> di
             calls.append(("get_users", {}))
             looked_up = True
         calls += step["actions"]
-    actions = [{"action_id": f"{name}_{k}", "name": name, "arguments": arguments}
-               for k, (name, arguments) in enumerate(calls)]
+    actions = [
+        {"action_id": f"{name}_{k}", "name": name, "arguments": arguments} for k, (name, arguments) in enumerate(calls)
+    ]
     basis = ["DB"]
     communicate = list(dict.fromkeys(i for s in steps for i in s["communicate"]))
     if communicate:
@@ -223,11 +322,17 @@ def tau2_task(task_id: str, instruction: str, db: dict, steps: list[dict]) -> di
         basis.append("ACTION")
     return {
         "id": task_id,
-        "description": {"purpose": "Generated mock-domain task",
-                        "notes": "steps: " + ", ".join(s["kind"] for s in steps)},
-        "user_scenario": {"instructions": {
-            "domain": "mock", "reason_for_call": instruction,
-            "task_instructions": "Ask the agent to do exactly this; end the conversation once it is done."}},
+        "description": {
+            "purpose": "Generated mock-domain task",
+            "notes": "steps: " + ", ".join(s["kind"] for s in steps),
+        },
+        "user_scenario": {
+            "instructions": {
+                "domain": "mock",
+                "reason_for_call": instruction,
+                "task_instructions": "Ask the agent to do exactly this; end the conversation once it is done.",
+            }
+        },
         "ticket": instruction,
         "initial_state": {"initialization_data": {"agent_data": db}},
         "evaluation_criteria": {"actions": actions, "communicate_info": communicate, "reward_basis": basis},

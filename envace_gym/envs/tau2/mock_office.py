@@ -38,14 +38,19 @@ def office_db() -> dict:
     """The one initial database: users ``user_1..user_8``, tasks ``task_1..task_12``, each task owned
     by one user (some users own none), each completed with probability 0.35 (2 of the 12 are)."""
     rng = random.Random(f"office:{OFFICE_SEED}")
-    users = {f"user_{i}": {"user_id": f"user_{i}", "name": name, "tasks": []}
-             for i, name in enumerate(rng.sample(NAMES, USERS), 1)}
+    users = {
+        f"user_{i}": {"user_id": f"user_{i}", "name": name, "tasks": []}
+        for i, name in enumerate(rng.sample(NAMES, USERS), 1)
+    }
     tasks = {}
     for i, title in enumerate(rng.sample(TITLES, TASKS), 1):
         task_id = f"task_{i}"
-        tasks[task_id] = {"task_id": task_id, "title": title,
-                          "status": "completed" if rng.random() < 0.35 else "pending",
-                          "description": None}
+        tasks[task_id] = {
+            "task_id": task_id,
+            "title": title,
+            "status": "completed" if rng.random() < 0.35 else "pending",
+            "description": None,
+        }
         users[f"user_{rng.randint(1, USERS)}"]["tasks"].append(task_id)
     return {"users": users, "tasks": tasks}
 
@@ -70,8 +75,12 @@ def office_tasks(sizes: tuple[tuple[str, int], ...] = tuple(SIZES.items())) -> d
             continue
         instruction = "Please " + ", then ".join(s["text"] for s in steps) + "."
         split = split_of(instruction)
-        if split not in wanted or len(seen[split]) >= wanted[split] or instruction in seen[split] \
-                or token_cost(instruction, db, steps) > BUDGET:
+        if (
+            split not in wanted
+            or len(seen[split]) >= wanted[split]
+            or instruction in seen[split]
+            or token_cost(instruction, db, steps) > BUDGET
+        ):
             continue
         task_id = f"{split}_{len(seen[split])}"
         seen[split].add(instruction)

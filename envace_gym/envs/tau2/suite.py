@@ -96,11 +96,15 @@ class Tau2Suite(Suite):
         self._gold: dict[str, Tau2World] = {}
         # tau2's tools are Python functions: their keyword parameters are closed
         self._toolset = ToolSet([self._schema(t) for t in self._template.get_tools()], closed=True)
-        self.user_toolset = (ToolSet([self._schema(t) for t in self._template.get_user_tools()], closed=True)
-                             if self._template.user_tools is not None else None)
+        self.user_toolset = (
+            ToolSet([self._schema(t) for t in self._template.get_user_tools()], closed=True)
+            if self._template.user_tools is not None
+            else None
+        )
         self.stateless_tools = frozenset(STATELESS_TOOLS) & set(self._toolset.names)
-        self._system_prompt = (f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n"
-                               f"<policy>\n{self._template.get_policy()}\n</policy>")
+        self._system_prompt = (
+            f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n<policy>\n{self._template.get_policy()}\n</policy>"
+        )
 
     def __reduce__(self):  # pickled by reference: the process-wide suite (no database copies)
         return get_suite, (self.domain,)
@@ -125,8 +129,7 @@ class Tau2Suite(Suite):
         if split is None:
             return list(self._raw_tasks)
         if split not in self._splits:
-            raise ValueError(f"tau2 {self.name} has no split {split!r}; "
-                             f"splits: {sorted(self._splits)}")
+            raise ValueError(f"tau2 {self.name} has no split {split!r}; splits: {sorted(self._splits)}")
         return list(self._splits[split])
 
     def task(self, task_id: str) -> Task:
@@ -142,8 +145,11 @@ class Tau2Suite(Suite):
         if name not in self.stateless_tools:
             return False
         expression = arguments.get("expression")
-        return not (isinstance(expression, str) and len(expression) <= PLAIN_ARITHMETIC_CHARS
-                    and "**" not in expression.replace(" ", ""))
+        return not (
+            isinstance(expression, str)
+            and len(expression) <= PLAIN_ARITHMETIC_CHARS
+            and "**" not in expression.replace(" ", "")
+        )
 
     def tools(self, task: Task) -> ToolSet:
         return self._toolset
@@ -176,7 +182,7 @@ class Tau2Suite(Suite):
                 env.run_env_function_call(action)
         history = (state.message_history if state else None) or []
         for message in history:  # a recorded history's calls happened: replay them
-            for call in (getattr(message, "tool_calls", None) or []):
+            for call in getattr(message, "tool_calls", None) or []:
                 world.execute(call.name, call.arguments, call.requestor)
         env.sync_tools()
         return world
@@ -190,9 +196,10 @@ class Tau2Suite(Suite):
             else:
                 msg = {"role": m.role, "content": m.content or ""}
                 if getattr(m, "tool_calls", None):
-                    msg["tool_calls"] = [{"id": c.id, "type": "function",
-                                          "function": {"name": c.name, "arguments": c.arguments}}
-                                         for c in m.tool_calls]
+                    msg["tool_calls"] = [
+                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in m.tool_calls
+                    ]
                 out.append(msg)
         return out
 

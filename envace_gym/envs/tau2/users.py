@@ -7,9 +7,9 @@ import re
 
 from tau2.utils.utils import DATA_DIR
 
-from envace_gym.openai_client import ChatEndpoint
 from envace_gym.episode import CallRecord, Task
 from envace_gym.messages import ToolCall, assistant_message, tool_message
+from envace_gym.openai_client import ChatEndpoint
 from envace_gym.suite import User, UserReply, World
 
 GREETING = "Hi! How can I help you today?"  # the agent's opening, as in tau2
@@ -26,14 +26,25 @@ def scenario_parts(task: Task) -> tuple[str, str]:
 USER_STOP, USER_TRANSFER, USER_OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 GUIDELINES_DIR = DATA_DIR / "tau2" / "user_simulator"
 CONFIRM_RE = re.compile(r"\b(confirm|proceed|go ahead|would you like|shall i|do you want|yes or no|\(yes\))\b", re.I)
-IDENTITY_RE = re.compile(r"\b(email|name|zip|user ?id|phone|verify|authenticat|identif|order id|"
-                         r"reservation|account)\b", re.I)
+IDENTITY_RE = re.compile(
+    r"\b(email|name|zip|user ?id|phone|verify|authenticat|identif|order id|"
+    r"reservation|account)\b",
+    re.I,
+)
 
 
 def _run_user_call(world: World, call_id: str, name: str, arguments: dict) -> CallRecord:
     response = world.execute(name, arguments, requestor="user")
-    return CallRecord(call_id, name, arguments, "user", "real", response.content,
-                      response.error and str(response.error.code), response.native)
+    return CallRecord(
+        call_id,
+        name,
+        arguments,
+        "user",
+        "real",
+        response.content,
+        response.error and str(response.error.code),
+        response.native,
+    )
 
 
 class ScriptedUser(User):
@@ -60,7 +71,8 @@ class ScriptedUser(User):
             forms = {form: name for name in self.tools.names for form in (name, name.replace("_", " "))}
             self._names = forms
             self._mention = re.compile(
-                r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(forms, key=len, reverse=True))) + r")(?!\w)")
+                r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(forms, key=len, reverse=True))) + r")(?!\w)"
+            )
 
     def opening(self, world: World) -> str:
         return " ".join(p for p in (self.reason, self.known) if p).strip() or "I need some help."
@@ -118,13 +130,25 @@ class LLMUser(User):
     validated against their schemas and executed on the world, as in tau2.
     """
 
-    def __init__(self, suite, task: Task, base_url: str, model: str, api_key: str = "EMPTY",
-                 timeout: float = 60.0, max_retries: int = 3, temperature: float = 0.0,
-                 seed: int | None = None, max_tool_rounds: int = 10, max_calls_per_message: int = 8):
+    def __init__(
+        self,
+        suite,
+        task: Task,
+        base_url: str,
+        model: str,
+        api_key: str = "EMPTY",
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        max_tool_rounds: int = 10,
+        max_calls_per_message: int = 8,
+    ):
         self.endpoint = ChatEndpoint(base_url, model, api_key, timeout, max_retries)
         self.tools = suite.user_toolset
-        guidelines = (GUIDELINES_DIR / ("simulation_guidelines_tools.md" if self.tools
-                                        else "simulation_guidelines.md")).read_text()
+        guidelines = (
+            GUIDELINES_DIR / ("simulation_guidelines_tools.md" if self.tools else "simulation_guidelines.md")
+        ).read_text()
         system = f"{guidelines}\n\n<scenario>\n{task.data.user_scenario}\n</scenario>"
         self.history = [{"role": "system", "content": system}]
         self.sampling = {"temperature": temperature}
@@ -143,7 +167,7 @@ class LLMUser(User):
         for _ in range(self.max_tool_rounds):
             self.turns += 1
             message = self.endpoint.chat(self.history, **self.sampling, **extra)
-            raw_calls = (message.tool_calls or [])[:self.max_calls_per_message]
+            raw_calls = (message.tool_calls or [])[: self.max_calls_per_message]
             calls = [ToolCall(c.id, c.function.name, {}) for c in raw_calls]
             for call, raw in zip(calls, raw_calls):
                 try:
@@ -157,9 +181,11 @@ class LLMUser(User):
                 return UserReply(text, stop=stop, calls=records)
             for call in calls:
                 error = self.tools.check(call)
-                record = (CallRecord(call.id, call.name, call.arguments, "user", "rejected",
-                                     error.content(), str(error.code)) if error
-                          else _run_user_call(world, call.id, call.name, call.arguments))
+                record = (
+                    CallRecord(call.id, call.name, call.arguments, "user", "rejected", error.content(), str(error.code))
+                    if error
+                    else _run_user_call(world, call.id, call.name, call.arguments)
+                )
                 records.append(record)
                 self.history.append(tool_message(call, record.content))
         return UserReply(text or "...", calls=records)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 TABLES = ("_global_instances", "_polymorphic_instances")
 LOCKS = ("_global_lock", "_polymorphic_lock")
@@ -43,7 +43,7 @@ class Registries:
 
     def now(self) -> datetime:
         self.ticks += 1
-        return datetime.fromtimestamp(self.epoch + self.ticks, timezone.utc)
+        return datetime.fromtimestamp(self.epoch + self.ticks, UTC)
 
 
 def _active() -> Registries | None:

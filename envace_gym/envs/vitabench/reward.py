@@ -14,10 +14,10 @@ from __future__ import annotations
 import builtins
 import threading
 
-from envace_gym.openai_client import ChatEndpoint
 from envace_gym.envs.vitabench.source import LANGUAGE, load
 from envace_gym.episode import Episode
 from envace_gym.errors import ErrorCode
+from envace_gym.openai_client import ChatEndpoint
 from envace_gym.specs import parse_spec
 
 load()
@@ -61,17 +61,23 @@ def vita_trajectory(episode: Episode) -> list:
     out = []
     for i, m in enumerate(episode.messages[1:], start=1):
         if m["role"] == "assistant":
-            calls = [ToolCall(id=c["id"], name=c["function"]["name"],
-                              arguments=c["function"]["arguments"] if isinstance(c["function"]["arguments"], dict)
-                              else {}) for c in m.get("tool_calls", [])]
+            calls = [
+                ToolCall(
+                    id=c["id"],
+                    name=c["function"]["name"],
+                    arguments=c["function"]["arguments"] if isinstance(c["function"]["arguments"], dict) else {},
+                )
+                for c in m.get("tool_calls", [])
+            ]
             out.append(AssistantMessage(role="assistant", content=m.get("content") or None, tool_calls=calls or None))
         elif m["role"] == "user":
             out.append(UserMessage(role="user", content=m["content"]))
         elif m["role"] == "tool":
             record = records.get(i)
             native = record.native if record is not None and isinstance(record.native, str) else m["content"]
-            out.append(ToolMessage(id=m["tool_call_id"], name=m["name"], role="tool", content=native,
-                                   requestor="assistant"))
+            out.append(
+                ToolMessage(id=m["tool_call_id"], name=m["name"], role="tool", content=native, requestor="assistant")
+            )
     return out
 
 
@@ -87,8 +93,15 @@ class VitaBenchReward:
 
     __name__ = "vitabench"
 
-    def __init__(self, model: str, base_url: str, api_key: str = "EMPTY", temperature: float = 0.0,
-                 max_tokens: int | None = None, **endpoint):
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str = "EMPTY",
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        **endpoint,
+    ):
         self.endpoint = ChatEndpoint(base_url, model, api_key, **endpoint)
         self.sampling = {"temperature": temperature, **({"max_tokens": max_tokens} if max_tokens else {})}
 
@@ -113,16 +126,28 @@ class VitaBenchReward:
         _local.judge, _local.windows = self, 0
         try:
             result = TrajectoryEvaluator.calculate_reward(
-                task=episode.task.data, full_trajectory=vita_trajectory(episode), final_state={},
-                llm_evaluator=self.endpoint.model, llm_args_evaluator={}, language=LANGUAGE)
+                task=episode.task.data,
+                full_trajectory=vita_trajectory(episode),
+                final_state={},
+                llm_evaluator=self.endpoint.model,
+                llm_args_evaluator={},
+                language=LANGUAGE,
+            )
         except MalformedJudgement as e:
-            return 0.0, {"error": {"code": str(ErrorCode.MALFORMED_JUDGEMENT), "message": str(e)},
-                         "reply": e.reply[:500]}
+            return 0.0, {
+                "error": {"code": str(ErrorCode.MALFORMED_JUDGEMENT), "message": str(e)},
+                "reply": e.reply[:500],
+            }
         finally:
             _local.judge = None
-        rubrics = [{"rubric": c.nl_rubric, "met": bool(c.met), "justification": c.justification}
-                   for c in result.nl_rubrics or []]
+        rubrics = [
+            {"rubric": c.nl_rubric, "met": bool(c.met), "justification": c.justification}
+            for c in result.nl_rubrics or []
+        ]
         share = (result.reward_breakdown or {}).get(RewardType.NL_ASSERTION, result.reward)
-        return float(result.reward), {"rubrics": rubrics, "rubrics_met": share,
-                                      "windows": (result.info or {}).get("num_windows", 0),
-                                      "model": self.endpoint.model}
+        return float(result.reward), {
+            "rubrics": rubrics,
+            "rubrics_met": share,
+            "windows": (result.info or {}).get("num_windows", 0),
+            "model": self.endpoint.model,
+        }

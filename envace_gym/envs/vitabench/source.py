@@ -25,8 +25,10 @@ def root() -> Path:
     """The VitaBench checkout that ``VITABENCH_ROOT`` names; ImportError that says what to set."""
     value = os.environ.get(ROOT_VARIABLE)
     if not value:
-        raise ImportError(f"the VitaBench suites need a VitaBench checkout: set {ROOT_VARIABLE} to its folder "
-                          "(the one holding src/vita and data/vita)")
+        raise ImportError(
+            f"the VitaBench suites need a VitaBench checkout: set {ROOT_VARIABLE} to its folder "
+            "(the one holding src/vita and data/vita)"
+        )
     path = Path(value).expanduser().resolve()
     if not (path / "src" / "vita" / "__init__.py").is_file():
         raise ImportError(f"{ROOT_VARIABLE}={value} is not a VitaBench checkout: it has no src/vita/__init__.py")

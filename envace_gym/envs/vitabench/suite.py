@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache, cached_property
 from typing import Any
 
@@ -60,8 +60,10 @@ class VitaWorld(World):
 
 
 def missing_judge(episode: Episode) -> tuple[float, dict]:
-    raise ValueError(f"the vitabench reward needs a judge: set {JUDGE_VARIABLE}=MODEL@BASE_URL or pass "
-                     "reward='vitabench:MODEL@BASE_URL'")
+    raise ValueError(
+        f"the vitabench reward needs a judge: set {JUDGE_VARIABLE}=MODEL@BASE_URL or pass "
+        "reward='vitabench:MODEL@BASE_URL'"
+    )
 
 
 missing_judge.__name__ = "vitabench"
@@ -99,7 +101,7 @@ class VitaSuite(Suite):
 
     def new_world(self, task: Task) -> VitaWorld:
         if task.id not in self._initial:
-            time = datetime.strptime(task.data.environment["time"], TIME_FORMAT).replace(tzinfo=timezone.utc)
+            time = datetime.strptime(task.data.environment["time"], TIME_FORMAT).replace(tzinfo=UTC)
             registries = Registries(time.timestamp())
             with registries.active():  # the database's stores, products and locations register here
                 env = self._module.get_environment(copy.deepcopy(task.data.environment), LANGUAGE)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import re
 
-from envace_gym.openai_client import ChatEndpoint
 from envace_gym.envs.vitabench.source import LANGUAGE, load
 from envace_gym.episode import Task
+from envace_gym.openai_client import ChatEndpoint
 from envace_gym.suite import User, UserReply, World
 
 load()
@@ -20,20 +20,30 @@ from vita.user.user_simulator import UserSimulator  # noqa: E402
 AGENT_STOP = LocalAgent.STOP_TOKEN
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
 WORD_RE = re.compile(r"[a-z]{3,}")
-FUNCTION_WORDS = frozenset("what which when where would could should shall will like your yours have that this "
-                           "with want need there their about from into please them they then than the and you "
-                           "for are can how any our its was has had not but all may one".split())
+FUNCTION_WORDS = frozenset(
+    "what which when where would could should shall will like your yours have that this "
+    "with want need there their about from into please them they then than the and you "
+    "for are can how any our its was has had not but all may one".split()
+)
 # questions about a time or a place; the cues of a sentence that answers one (a precise cue
 # weighs 2, a vague one 1); and the reply when no sentence has a cue
 TOPICS = (
-    (re.compile(r"\b(when|what time|which time|time slot|how soon)\b"),
-     ((re.compile(r"\d{1,2}(:\d{2})?\s*(am|pm)\b|\b\d{1,2}:\d{2}\b|o'clock"), 2),
-      (re.compile(r"\b(morning|afternoon|evening|noon|tonight|tomorrow|today|asap|as soon as)\b"), 1)),
-     "I have no preference for the time."),
-    (re.compile(r"\b(where|address|which location)\b"),
-     ((re.compile(r"\b(room|building|street|road|avenue|floor|apartment|unit)\b"), 2),
-      (re.compile(r"\b(address|office|home|district|nearby)\b"), 1)),
-     "I have no preference for the place."),
+    (
+        re.compile(r"\b(when|what time|which time|time slot|how soon)\b"),
+        (
+            (re.compile(r"\d{1,2}(:\d{2})?\s*(am|pm)\b|\b\d{1,2}:\d{2}\b|o'clock"), 2),
+            (re.compile(r"\b(morning|afternoon|evening|noon|tonight|tomorrow|today|asap|as soon as)\b"), 1),
+        ),
+        "I have no preference for the time.",
+    ),
+    (
+        re.compile(r"\b(where|address|which location)\b"),
+        (
+            (re.compile(r"\b(room|building|street|road|avenue|floor|apartment|unit)\b"), 2),
+            (re.compile(r"\b(address|office|home|district|nearby)\b"), 1),
+        ),
+        "I have no preference for the place.",
+    ),
 )
 NO_PREFERENCE = "I have no preference; please go ahead."
 
@@ -104,11 +114,24 @@ class LLMUser(User):
     stop, transfer or out-of-scope token. The domains give the user no tools.
     """
 
-    def __init__(self, task: Task, greeting: str, base_url: str, model: str, api_key: str = "EMPTY",
-                 timeout: float = 60.0, max_retries: int = 3, temperature: float = 0.0, seed: int | None = None):
+    def __init__(
+        self,
+        task: Task,
+        greeting: str,
+        base_url: str,
+        model: str,
+        api_key: str = "EMPTY",
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ):
         self.endpoint = ChatEndpoint(base_url, model, api_key, timeout, max_retries)
-        simulator = UserSimulator(persona=str(task.data.user_scenario.user_profile),
-                                  instructions=str(task.data.instructions), language=LANGUAGE)
+        simulator = UserSimulator(
+            persona=str(task.data.user_scenario.user_profile),
+            instructions=str(task.data.instructions),
+            language=LANGUAGE,
+        )
         self.history = [{"role": "system", "content": simulator.system_prompt}]
         self.sampling = {"temperature": temperature, **({"seed": seed} if seed is not None else {})}
         self.greeting = greeting

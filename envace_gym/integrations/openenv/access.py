@@ -12,8 +12,8 @@ was rebound to 127.0.0.1 sends requests whose ``Host`` is its own name. As local
   ``X-EnvACE-Token: TOKEN`` or ``?token=TOKEN`` (``/health`` excepted, for liveness probes).
 
 It reads a request body as a stream and answers 413 past ``max_body`` bytes, whatever ``Content-Length``
-says (408 when it is not all there within ``BODY_TIMEOUT`` seconds). :class:`HeadTimeoutH11` closes a connection whose request head is not complete ``head_timeout``
-seconds after it started.
+says (408 when it is not all there within ``BODY_TIMEOUT`` seconds). :class:`HeadTimeoutH11` closes a
+connection whose request head is not complete ``HEAD_TIMEOUT`` seconds after it started.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def is_loopback(name: str | None) -> bool:
 def host_name(header: str) -> str:
     """The name in a ``Host`` header, without its port (``[::1]:8000`` -> ``::1``)."""
     if header.startswith("["):
-        return header[1:header.find("]")] if "]" in header else header
+        return header[1 : header.find("]")] if "]" in header else header
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
@@ -92,8 +92,11 @@ class Access:
         if self.token is None:
             return True
         scheme, _, bearer = headers.get("authorization", "").partition(" ")
-        offered = [headers.get("x-envace-token", ""), bearer if scheme.lower() == "bearer" else "",
-                   *parse_qs(query).get("token", [])]
+        offered = [
+            headers.get("x-envace-token", ""),
+            bearer if scheme.lower() == "bearer" else "",
+            *parse_qs(query).get("token", []),
+        ]
         return any(hmac.compare_digest(o.encode(), self.token.encode()) for o in offered if o)
 
     def refusal(self, scope: dict) -> str | None:
@@ -102,8 +105,10 @@ class Access:
         if not self.host_allowed(headers.get("host")):
             return f"Host {headers['host']!r} is not a name of this server (a rebound name?)"
         if not self.origin_allowed(headers.get("origin")):
-            return (f"Origin {headers['origin']!r} is not allowed: browser pages may use this server only "
-                    "from loopback origins or those given with --allow-origin")
+            return (
+                f"Origin {headers['origin']!r} is not allowed: browser pages may use this server only "
+                "from loopback origins or those given with --allow-origin"
+            )
         if scope.get("path") != "/health" and not self.token_given(headers, scope.get("query_string", b"").decode()):
             return "this server needs its token: Authorization: Bearer TOKEN, X-EnvACE-Token or ?token="
         return None
@@ -168,9 +173,17 @@ def _replay(body: bytes, receive):
 
 async def _answer(send, status: int, message: str) -> None:
     body = json.dumps({"detail": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

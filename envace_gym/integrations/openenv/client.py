@@ -1,7 +1,7 @@
 """``RemoteEnv``: a Gymnasium env over an ``envace-gym serve`` (OpenEnv wire protocol) server.
 
-    >>> env = RemoteEnv("http://127.0.0.1:8000")                        # doctest: +SKIP
-    >>> obs, info = env.reset(seed=0, options={"task_id": "5", "dynamics": "rehearsed"})  # doctest: +SKIP
+>>> env = RemoteEnv("http://127.0.0.1:8000")                        # doctest: +SKIP
+>>> obs, info = env.reset(seed=0, options={"task_id": "5", "dynamics": "rehearsed"})  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -81,9 +81,14 @@ class RemoteEnv(gym.Env):
         if self._ws is None:
             headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
             try:
-                self._ws = connect(self.ws_url, open_timeout=self.timeout, close_timeout=1,
-                                   max_size=self.max_message_bytes, additional_headers=headers,
-                                   compression=None)
+                self._ws = connect(
+                    self.ws_url,
+                    open_timeout=self.timeout,
+                    close_timeout=1,
+                    max_size=self.max_message_bytes,
+                    additional_headers=headers,
+                    compression=None,
+                )
             except (OSError, WebSocketException, TimeoutError) as e:
                 raise ConnectionError(f"cannot reach the env server at {self.url}: {type(e).__name__}: {e}") from None
             self._messages, self._schemas = [], None  # a new session: the server has sent nothing yet
@@ -98,13 +103,17 @@ class RemoteEnv(gym.Env):
             raise ConnectionError(f"the env server at {self.url} did not answer within {self.timeout} s") from None
         except (OSError, WebSocketException, ValueError, RecursionError) as e:
             self._drop()
-            raise ConnectionError(f"lost the env server at {self.url}: {type(e).__name__}: "
-                                  f"{e if not isinstance(e, RecursionError) else 'a reply nested too deeply'}") from None
+            raise ConnectionError(
+                f"lost the env server at {self.url}: {type(e).__name__}: "
+                f"{e if not isinstance(e, RecursionError) else 'a reply nested too deeply'}"
+            ) from None
         if not isinstance(reply, dict) or not isinstance(reply.get("data"), dict):
             self._drop()
             raise ConnectionError(f"the env server at {self.url} sent a frame that is not an OpenEnv reply")
         if reply.get("type") == "error":
-            message = f"{str(reply['data'].get('message'))[:2000]} (server {self.url}, code {reply['data'].get('code')})"
+            message = (
+                f"{str(reply['data'].get('message'))[:2000]} (server {self.url}, code {reply['data'].get('code')})"
+            )
             if reply["data"].get("code") in REQUEST_ERRORS:
                 raise ValueError(message)
             self._drop()
@@ -126,19 +135,26 @@ class RemoteEnv(gym.Env):
             reply = Reply.model_validate(data)
             fields = reply.observation
             if fields.messages_from > len(self._messages):
-                raise ValueError(f"messages_from {fields.messages_from} is past the {len(self._messages)} messages "
-                                 "this session holds")
+                raise ValueError(
+                    f"messages_from {fields.messages_from} is past the {len(self._messages)} messages "
+                    "this session holds"
+                )
             if fields.tools is None and self._schemas is None:
                 raise ValueError("no tools were ever sent")
             if fields.tools is not None and fields.tools != self._schemas:  # validated as any untrusted schema is
                 self.action_space.tools, self._schemas = ToolSet(fields.tools), fields.tools
         except (ValidationError, ValueError, TypeError, RecursionError) as e:
             self._drop()
-            raise ConnectionError(f"the env server at {self.url} sent an observation that is not valid: "
-                                  f"{' '.join(str(e).split())[:500]}") from None
-        self._messages = self._messages[:fields.messages_from] + fields.messages
-        obs = {"role": fields.role, "messages": list(self._messages), "tools": self._schemas,
-               "tool_call": fields.tool_call}
+            raise ConnectionError(
+                f"the env server at {self.url} sent an observation that is not valid: {' '.join(str(e).split())[:500]}"
+            ) from None
+        self._messages = self._messages[: fields.messages_from] + fields.messages
+        obs = {
+            "role": fields.role,
+            "messages": list(self._messages),
+            "tools": self._schemas,
+            "tool_call": fields.tool_call,
+        }
         self.action_space.role = obs["role"]
         self._obs, self._info = obs, fields.info
         return obs, reply.reward or 0.0, fields.terminated, fields.truncated, fields.info
@@ -179,8 +195,12 @@ class RemoteEnv(gym.Env):
         super().close()
 
     def __getstate__(self) -> dict:
-        return {"url": self.url, "timeout": self.timeout, "max_message_bytes": self.max_message_bytes,
-                "token": self.token}
+        return {
+            "url": self.url,
+            "timeout": self.timeout,
+            "max_message_bytes": self.max_message_bytes,
+            "token": self.token,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)

@@ -67,8 +67,9 @@ class EnvACEObservation(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = Field(description="null in a delta session when they did not change")
     tool_call: dict[str, Any] | None = None
-    messages_from: int = Field(0, description="delta sessions: how many messages of the previous observation "
-                                              "come before these")
+    messages_from: int = Field(
+        0, description="delta sessions: how many messages of the previous observation come before these"
+    )
     terminated: bool = False
     truncated: bool = False
     info: dict[str, Any] = Field(default_factory=dict)
@@ -98,9 +99,16 @@ def error(message: str, code: str, **more: Any) -> dict:
 
 def tools_list(env: gym.Env) -> dict:
     """The episode's tools as an MCP ``tools/list`` result."""
-    return {"tools": [{"name": s["function"]["name"], "description": s["function"].get("description", ""),
-                       "inputSchema": s["function"].get("parameters", {"type": "object"})}
-                      for s in env.unwrapped.tools.schemas]}
+    return {
+        "tools": [
+            {
+                "name": s["function"]["name"],
+                "description": s["function"].get("description", ""),
+                "inputSchema": s["function"].get("parameters", {"type": "object"}),
+            }
+            for s in env.unwrapped.tools.schemas
+        ]
+    }
 
 
 def rpc(request: Any, env: gym.Env) -> dict:
@@ -109,9 +117,15 @@ def rpc(request: Any, env: gym.Env) -> dict:
     if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
         return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}}
     if request["method"] != "tools/list":
-        return {"jsonrpc": "2.0", "id": request.get("id"),
-                "error": {"code": -32601, "message": f"method {request['method']!r} not found: this server lists "
-                                                     "tools; calls go through step, under the episode's dynamics"}}
+        return {
+            "jsonrpc": "2.0",
+            "id": request.get("id"),
+            "error": {
+                "code": -32601,
+                "message": f"method {request['method']!r} not found: this server lists "
+                "tools; calls go through step, under the episode's dynamics",
+            },
+        }
     return {"jsonrpc": "2.0", "id": request.get("id"), "result": tools_list(env)}
 
 
@@ -139,8 +153,11 @@ class Session:
             fields["messages"], fields["messages_from"] = messages[start:], start
             fields["tools"] = None if obs["tools"] == self.sent_tools else obs["tools"]
             self.sent, self.sent_tools = messages, obs["tools"]
-        return {"observation": fields, "reward": None if reward is None else float(reward),
-                "done": bool(terminated or truncated)}
+        return {
+            "observation": fields,
+            "reward": None if reward is None else float(reward),
+            "done": bool(terminated or truncated),
+        }
 
 
 class EnvServer:
@@ -153,9 +170,17 @@ class EnvServer:
     origins allowed besides loopback ones (``*``: any); at most ``max_connections`` connections are
     open at once (past it, 503)."""
 
-    def __init__(self, env_id: str, max_sessions: int = 8, session_timeout: float | None = 300.0,
-                 max_message_bytes: int = 1 << 20, token: str | None = None, allow_origins: tuple[str, ...] = (),
-                 max_connections: int = 64, **make_kwargs: Any):
+    def __init__(
+        self,
+        env_id: str,
+        max_sessions: int = 8,
+        session_timeout: float | None = 300.0,
+        max_message_bytes: int = 1 << 20,
+        token: str | None = None,
+        allow_origins: tuple[str, ...] = (),
+        max_connections: int = 64,
+        **make_kwargs: Any,
+    ):
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
         if session_timeout is not None and session_timeout <= 0:
@@ -190,9 +215,14 @@ class EnvServer:
     async def _serve(self, websocket: WebSocket) -> None:
         await websocket.accept()
         if len(self.sessions) + self._reserved >= self.max_sessions:
-            await websocket.send_json(error(f"the server is at its cap of {self.max_sessions} sessions; retry later",
-                                            "CAPACITY_REACHED", active_sessions=len(self.sessions),
-                                            max_sessions=self.max_sessions))
+            await websocket.send_json(
+                error(
+                    f"the server is at its cap of {self.max_sessions} sessions; retry later",
+                    "CAPACITY_REACHED",
+                    active_sessions=len(self.sessions),
+                    max_sessions=self.max_sessions,
+                )
+            )
             await websocket.close(code=1013)
             return
         self._reserved += 1
@@ -205,8 +235,9 @@ class EnvServer:
             return
         finally:
             self._reserved -= 1
-        session = self.sessions[session_id] = Session(env, asyncio.current_task(),
-                                                      delta=websocket.query_params.get("observations") == "delta")
+        session = self.sessions[session_id] = Session(
+            env, asyncio.current_task(), delta=websocket.query_params.get("observations") == "delta"
+        )
         try:
             while True:
                 message = await websocket.receive()
@@ -237,13 +268,18 @@ class EnvServer:
             return json.dumps(error("binary frames are not part of the protocol: send JSON text", "INVALID_JSON"))
         size = len(raw.encode())
         if size > self.max_message_bytes:
-            return json.dumps(error(f"message of {size} bytes is over this server's limit of "
-                                    f"{self.max_message_bytes}", "VALIDATION_ERROR"))
+            return json.dumps(
+                error(
+                    f"message of {size} bytes is over this server's limit of {self.max_message_bytes}",
+                    "VALIDATION_ERROR",
+                )
+            )
         try:
             message = json.loads(raw)
         except (ValueError, RecursionError) as e:
-            return json.dumps(error(f"Invalid JSON: {e if isinstance(e, ValueError) else 'nested too deeply'}",
-                                    "INVALID_JSON"))
+            return json.dumps(
+                error(f"Invalid JSON: {e if isinstance(e, ValueError) else 'nested too deeply'}", "INVALID_JSON")
+            )
         reply = await self._reply(session, message)
         return reply if reply is None or isinstance(reply, str) else json.dumps(reply, default=str)
 
@@ -276,8 +312,10 @@ class EnvServer:
         """Reset's reply, as text (run in the pool: episodes may be long, and so their observations)."""
         unknown = set(data) - {"seed", "episode_id", "options", *RESET_OPTIONS}
         if unknown:
-            raise ValueError(f"unknown reset parameters {sorted(unknown)}; give seed, episode_id, options, "
-                             f"{', '.join(RESET_OPTIONS)}")
+            raise ValueError(
+                f"unknown reset parameters {sorted(unknown)}; give seed, episode_id, options, "
+                f"{', '.join(RESET_OPTIONS)}"
+            )
         seed, options = data.get("seed"), dict(data.get("options") or {})
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
@@ -285,8 +323,9 @@ class EnvServer:
         obs, info = session.env.reset(seed=seed, options=options)
         session.episode_id, session.step_count = str(data.get("episode_id") or uuid.uuid4().hex), 0
         session.turn = info["turn"]
-        return json.dumps({"type": "observation", "data": session.observation(obs, info, None, False, False)},
-                          default=str)
+        return json.dumps(
+            {"type": "observation", "data": session.observation(obs, info, None, False, False)}, default=str
+        )
 
     @staticmethod
     def _step(session: Session, action: EnvACEAction) -> str:
@@ -295,17 +334,23 @@ class EnvServer:
             raise RuntimeError("no episode yet: send a reset first")
         obs, reward, terminated, truncated, info = session.env.step(action.value)
         session.step_count, session.turn = session.step_count + 1, info.get("turn", session.turn)
-        return json.dumps({"type": "observation",
-                           "data": session.observation(obs, info, reward, terminated, truncated)}, default=str)
+        return json.dumps(
+            {"type": "observation", "data": session.observation(obs, info, reward, terminated, truncated)}, default=str
+        )
 
     @staticmethod
     def _state(session: Session) -> EnvACEState:
         inner = session.env.unwrapped
         if inner.episode is None:
             return EnvACEState()
-        return EnvACEState(episode_id=session.episode_id, step_count=session.step_count,
-                           task_id=inner.episode.task.id, dynamics=inner.episode.dynamics, role=inner.role,
-                           turn=session.turn)
+        return EnvACEState(
+            episode_id=session.episode_id,
+            step_count=session.step_count,
+            task_id=inner.episode.task.id,
+            dynamics=inner.episode.dynamics,
+            role=inner.role,
+            turn=session.turn,
+        )
 
     # the app -------------------------------------------------------------------
     def _build(self):
@@ -333,15 +378,23 @@ class EnvServer:
         def metadata():
             import envace_gym
 
-            return {"name": self.env_id, "description": f"{self.env_id} (envace-gym): real or rehearsed tool "
-                                                        "dynamics, one env per WebSocket session",
-                    "version": envace_gym.__version__, "readme_content": None, "author": None,
-                    "documentation_url": None}
+            return {
+                "name": self.env_id,
+                "description": f"{self.env_id} (envace-gym): real or rehearsed tool "
+                "dynamics, one env per WebSocket session",
+                "version": envace_gym.__version__,
+                "readme_content": None,
+                "author": None,
+                "documentation_url": None,
+            }
 
         @app.get("/schema")
         def schema():
-            return {"action": EnvACEAction.model_json_schema(), "observation": EnvACEObservation.model_json_schema(),
-                    "state": EnvACEState.model_json_schema()}
+            return {
+                "action": EnvACEAction.model_json_schema(),
+                "observation": EnvACEObservation.model_json_schema(),
+                "state": EnvACEState.model_json_schema(),
+            }
 
         @app.get("/capacity")
         def capacity():
@@ -366,8 +419,16 @@ def uvicorn_config(server: EnvServer, host: str, port: int):
 
     app = Guard(server.app, Access(host, server.allow_origins, server.token), server.max_message_bytes)
     # uvicorn's own frame cap sits above ours, so an oversized message still gets our structured error
-    return uvicorn.Config(app, host=host, port=port, ws_max_size=4 * server.max_message_bytes, log_level="warning",
-                          http=HeadTimeoutH11, timeout_keep_alive=5, limit_concurrency=server.max_connections)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        ws_max_size=4 * server.max_message_bytes,
+        log_level="warning",
+        http=HeadTimeoutH11,
+        timeout_keep_alive=5,
+        limit_concurrency=server.max_connections,
+    )
 
 
 def run_server(server: EnvServer, host: str = "127.0.0.1", port: int = 8000) -> None:
