@@ -6,7 +6,6 @@ import bisect
 from collections import Counter
 from collections.abc import Callable
 
-from envace_gym.dynamics import DYNAMICS
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.episode import Episode, recording_key
 from envace_gym.errors import ErrorCode
@@ -15,7 +14,6 @@ from envace_gym.openai_client import ChatEndpoint, ModelServerError
 from envace_gym.specs import parse_spec
 
 RewardFn = Callable[[Episode], float | tuple[float, dict]]
-DEFAULT_REWARD = {name: d.default_reward for name, d in DYNAMICS.items()}  # each dynamics' default, by name
 
 
 def world_reward(episode: Episode) -> tuple[float, dict]:

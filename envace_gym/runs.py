@@ -22,7 +22,7 @@ from envace_gym.dynamics import get as get_dynamics
 from envace_gym.env import EnvACEEnv
 from envace_gym.records import resume_records, write_record
 from envace_gym.registration import resolve_env
-from envace_gym.rewards import DEFAULT_REWARD, REWARDS, SPEC_REWARDS
+from envace_gym.rewards import REWARDS, SPEC_REWARDS
 from envace_gym.runner import make_envs, run_batched
 from envace_gym.settings import check_least, setting
 from envace_gym.specs import parse_spec
@@ -133,19 +133,19 @@ class Run:
         if c.reward is None:
             self.make_kwargs["reward"] = comparable_reward(gym.make(env_id, **self.make_kwargs).unwrapped)
         self.envs = make_envs(env_id, c.batch if c.workers is None else 1, **self.make_kwargs)
-        inner = self.envs[0].unwrapped
+        inner, dynamics = self.envs[0].unwrapped, get_dynamics(c.dynamics)
         self.reward_note = (
             None
-            if get_dynamics(c.dynamics).answers == "world" or inner.reward
+            if dynamics.answers == "world" or inner.reward
             else (
-                f"rewards here are the {DEFAULT_REWARD[c.dynamics]!r} reward (this suite's world cannot be rebuilt "
+                f"rewards here are the {dynamics.default_reward!r} reward (this suite's world cannot be rebuilt "
                 "here to replay the calls): not the same source as a real run's 'world' reward, so the two means "
                 "do not compare"
             )
         )
         # reward_source may differ by episode: --reward's, else the dynamics' default or, for a task without
         # gold, the suite's judge (and None where the episode ended unscored): a record may have any of them
-        rewards = [inner.reward] if inner.reward else [DEFAULT_REWARD[c.dynamics], inner.suite.judge_reward()]
+        rewards = [inner.reward] if inner.reward else [dynamics.default_reward, inner.suite.judge_reward()]
         settings = {
             "env_id": self.envs[0].spec.id,
             "split": inner.split,

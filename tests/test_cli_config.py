@@ -139,6 +139,38 @@ def test_a_long_run_prints_a_summary_by_how_episodes_ended(tmp_path):
     assert "update_task_1" not in text  # no row per episode
 
 
+def train_tiny(tiny, out, *options: str):
+    """One `train` step of the tiny model on the mock env: 2 episodes of at most 2 turns of 8 tokens."""
+    return runner.invoke(
+        app,
+        [
+            "train",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            MOCK,
+            "--split",
+            "base",
+            "--eval-split",
+            "base",
+            "--steps",
+            "1",
+            "--group-size",
+            "2",
+            "--tasks-per-step",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--max-turns",
+            "2",
+            "--no-tensorboard",
+            "--out",
+            str(out),
+            *options,
+        ],
+    )
+
+
 def test_sft_prints_its_held_out_loss_and_train_its_eval_reward(tiny, tmp_path):
     result = runner.invoke(
         app,
@@ -168,71 +200,13 @@ def test_sft_prints_its_held_out_loss_and_train_its_eval_reward(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     steps = [line for line in result.output.splitlines() if line.startswith("step ")]
     assert "held-out" not in steps[0] and "held-out loss act" in steps[1]
-    result = runner.invoke(
-        app,
-        [
-            "train",
-            "--model",
-            f"hf:{tiny}",
-            "--env",
-            MOCK,
-            "--split",
-            "base",
-            "--eval-split",
-            "base",
-            "--steps",
-            "1",
-            "--group-size",
-            "2",
-            "--tasks-per-step",
-            "1",
-            "--max-new-tokens",
-            "8",
-            "--max-turns",
-            "2",
-            "--eval-every",
-            "1",
-            "--eval-tasks",
-            "1",
-            "--no-tensorboard",
-            "--out",
-            str(tmp_path / "train"),
-        ],
-    )
+    result = train_tiny(tiny, tmp_path / "train", "--eval-every", "1", "--eval-tasks", "1")
     assert result.exit_code == 0, result.output
     assert "step 1: reward" in result.output and "eval reward" in result.output
 
 
 def test_the_command_train_prints_plays_its_checkpoint_as_trained_and_shows_its_turns(tiny, tmp_path):
-    result = runner.invoke(
-        app,
-        [
-            "train",
-            "--model",
-            f"hf:{tiny}",
-            "--env",
-            MOCK,
-            "--split",
-            "base",
-            "--eval-split",
-            "base",
-            "--steps",
-            "1",
-            "--group-size",
-            "2",
-            "--tasks-per-step",
-            "1",
-            "--max-new-tokens",
-            "8",
-            "--max-turns",
-            "2",
-            "--eval-every",
-            "0",
-            "--no-tensorboard",
-            "--out",
-            str(tmp_path / "train"),
-        ],
-    )
+    result = train_tiny(tiny, tmp_path / "train", "--eval-every", "0")
     assert result.exit_code == 0, result.output
     printed = next(line for line in result.output.splitlines() if line.startswith("play it: "))
     command = printed.removeprefix("play it: envace-gym ").split()
