@@ -10,6 +10,7 @@ import gymnasium as gym
 
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
+from envace_gym.records import CompareRecord
 
 METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
 
@@ -26,14 +27,14 @@ def compare_calls(env: gym.Env, actor: Agent, rehearser: Agent, task_ids: list[s
             for call in info["tool_calls"]:
                 if call.get("rehearsed") is None:
                     continue  # rejected before anything ran: nothing to compare
-                yield {
-                    "task_id": task_id,
-                    "tool": call["name"],
-                    "arguments": call["arguments"],
-                    "real": call["real"],
-                    "rehearsed": call["rehearsed"],
+                yield CompareRecord(
+                    task_id=task_id,
+                    tool=call["name"],
+                    arguments=call["arguments"],
+                    real=call["real"],
+                    rehearsed=call["rehearsed"],
                     **call["fidelity"],
-                }
+                ).model_dump()
 
 
 def summarize(records: list[dict]) -> dict[str, dict]:

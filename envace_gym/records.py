@@ -121,6 +121,27 @@ class RunRecord(BaseModel):
         return record
 
 
+class CompareRecord(BaseModel):
+    """One compared call of ``envace-gym compare``: a line of its JSONL output.
+
+    Under shadow dynamics the real world answers the call and the rehearser writes its own answer
+    first; the record holds both and the :func:`~envace_gym.fidelity.fidelity` measures between them.
+    """
+
+    model_config = ConfigDict(strict=True)
+
+    task_id: str = Field(description="The task's id, as text.")
+    tool: str = Field(description="The tool's name.")
+    arguments: dict[str, Any] = Field(description="The call's arguments, as the actor wrote them.")
+    real: str = Field(description="The tool message the real world answered (JSON text).")
+    rehearsed: str = Field(description="The tool message the rehearser wrote for the same call (JSON text).")
+    parsed: bool = Field(description="Whether the rehearsal parsed as a tool response.")
+    shape: float = Field(description="Share of the two answers' leaf paths that both have (Jaccard), 0 to 1.")
+    leaf_match: float = Field(description="Share of the real answer's leaves the rehearsal has with the same value.")
+    error_agree: bool = Field(description="Whether both answers are errors, or neither is.")
+    exact: bool = Field(description="Whether the two answers are the same JSON value.")
+
+
 def write_record(file: IO[str], record: dict) -> None:
     """Append ``record`` to an open JSONL file as one line, in one write, flushed: a reader never sees
     half of it, and a killed writer leaves at most its last line partial."""

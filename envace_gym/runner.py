@@ -45,8 +45,8 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
     record of :func:`run_episode`."""
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options={"task_id": task_id})
-    opening = len(obs["messages"])
-    n_calls, reward, done, failure = 0, 0.0, False, None
+    opening, tools = len(obs["messages"]), obs["tools"]
+    calls, reward, done, failure = [], 0.0, False, None  # calls: those the steps' infos reported
     while not done:
         try:
             action = yield obs
@@ -54,15 +54,21 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
             failure = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
             break
         obs, reward, terminated, truncated, info = env.step(action)
-        n_calls += len(info["tool_calls"])
+        calls += info["tool_calls"]
         done = terminated or truncated
-    episode = env.unwrapped.episode
-    shadowed = [{"tool": c.name, **c.fidelity} for c in episode.calls if c.fidelity is not None]
-    real_ids = [c.id for c in episode.calls if c.source == "real" and c.requestor == "assistant"]
+    inner = env.unwrapped
+    episode = getattr(inner, "episode", None)
+    if episode is not None:  # in process: the episode itself
+        messages, tools = list(episode.messages), inner.tools.schemas
+        answered = [c.info() for c in episode.calls]
+    else:  # a served env (RemoteEnv): what its observations and infos said
+        messages, answered = list(obs["messages"]), calls
+    shadowed = [{"tool": c["name"], **c["fidelity"]} for c in answered if c.get("fidelity") is not None]
+    real_ids = [c["id"] for c in answered if c["source"] == "real" and c["requestor"] == "assistant"]
     return RunRecord(
         task_id=str(task_id),
-        env_id=env.spec.id if env.spec else None,
-        split=env.unwrapped.split,
+        env_id=env.spec.id if env.spec else getattr(inner, "env_id", None),
+        split=inner.split,
         seed=seed,
         reward=reward,
         reward_source=info.get("reward_source"),
@@ -70,13 +76,13 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
         dynamics=info["dynamics"],
         agent=agent.name,
         turns=info["turn"],
-        tool_calls=n_calls,
+        tool_calls=len(calls),
         ended_by="agent_error" if failure else info["ended_by"],
         error=failure or info.get("error"),
         seconds=round(time.perf_counter() - start, 4),
         fidelity=summarize(shadowed).get("all"),  # shadow dynamics: the mean fidelity of its calls
-        messages=list(episode.messages),
-        tools=env.unwrapped.tools.schemas,
+        messages=messages,
+        tools=tools,
         opening_messages=opening,
         real_call_ids=real_ids,
         real_calls=len(real_ids),

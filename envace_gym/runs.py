@@ -8,8 +8,9 @@ episode's record written to a JSONL file as it ends; ``resume`` keeps the record
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,9 @@ REWARD_NAMES = ", ".join([*REWARDS, *(f"{prefix}:MODEL@BASE_URL" for prefix in S
 class RunConfig:
     """The settings of a run; each field's default and help are also ``envace-gym run``'s option's."""
 
-    env_id: str = setting(
-        help="A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the module registers ID)."
+    env_id: str | None = setting(
+        help="A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the module registers ID); "
+        "None: the env that --url serves."
     )
     agent: str = setting("oracle", f"Agent: {agents.NAMES} (an Agent subclass; PATH.py:CLASS too).")
     agent_kwargs: dict = setting(
@@ -86,6 +88,12 @@ class RunConfig:
     ray_address: str | None = setting(
         None, "With --workers: a Ray cluster to join (auto, ray://HOST:PORT); default: a local Ray."
     )
+    url: str | None = setting(
+        None,
+        "Play the env that `envace-gym serve` serves at this URL (http://HOST:PORT), --batch sessions at once, "
+        "instead of making it here; the env's settings are the server's, the records the same.",
+    )
+    token: str | None = setting(None, "With --url: the server's token (serve --token; default: $ENVACE_SERVE_TOKEN).")
     resume: bool = setting(False, "Keep the records already in --out and play only the episodes they lack.")
     out: str | None = setting(None, "JSONL file for the records (default: runs/ENV-AGENT-DYNAMICS.jsonl).")
 
@@ -113,6 +121,11 @@ class Run:
 
     def __init__(self, config: RunConfig):
         self.config = c = config
+        if c.url is not None:
+            self._serve_from(c)
+            return
+        if c.env_id is None:
+            raise ValueError("give an env id, or --url to play a served env")
         self.env_id = env_id = resolve_env(c.env_id)
         max_turns = c.max_turns
         if max_turns is None:
@@ -163,12 +176,60 @@ class Run:
             self.agent = agents.with_rehearsal(self.agent, self.envs[0], **c.rehearsal)
             settings["agent"] = self.agent.name
         check_reward_available(self.envs[0])
-        self.out = records_file(c.out, env_id, c.agent, c.dynamics)
-        ids = inner.task_ids[: c.limit]
+        self._plan(inner.task_ids, settings)
+
+    def _plan(self, task_ids: list[str], settings: dict) -> None:
+        """The run's ``out``, ``episodes``, ``earlier`` records and those still ``todo``."""
+        c = self.config
+        self.out = records_file(c.out, self.env_id, c.agent, c.dynamics)
+        ids = task_ids[: c.limit]
         self.episodes = [(task_id, c.seed + i) for i, task_id in enumerate(t for t in ids for _ in range(c.repeats))]
         self.earlier = resume_records(self.out, settings) if c.resume and self.out.exists() else []
         done = {(r["task_id"], r["seed"]) for r in self.earlier}
         self.todo = [e for e in self.episodes if e not in done]
+
+    def _serve_from(self, c: RunConfig) -> None:
+        """Set up a run of the env an ``envace-gym serve`` serves at ``c.url``: ``batch`` sessions
+        (:class:`~envace_gym.integrations.openenv.client.RemoteEnv`), the agent, the tasks it serves."""
+        from envace_gym.integrations.openenv.client import RemoteEnv
+
+        defaults = RunConfig(env_id=None)
+        server_side = ("split", "reward", "simulator", "p_real", "user", "max_turns", "workers", "ray_address")
+        refused = [name for name in server_side if getattr(c, name) != getattr(defaults, name)]
+        if c.rehearsal_budget:
+            refused.append("rehearsal_budget")  # private rehearsal forks the env, which only the server holds
+        if refused:
+            raise ValueError(
+                f"--url plays the env as the server made it: {', '.join('--' + n.replace('_', '-') for n in refused)} "
+                "cannot be given with it (set the env's options on `envace-gym serve`; private rehearsal and "
+                "--workers need the env in this process)"
+            )
+        token = c.token or os.environ.get("ENVACE_SERVE_TOKEN")
+        self.envs = [RemoteEnv(c.url, token=token, dynamics=c.dynamics) for _ in range(c.batch)]
+        served = self.envs[0].tasks()
+        if c.env_id is not None and resolve_env(c.env_id) != served.env_id:
+            raise ValueError(f"{c.url} serves {served.env_id}, not {c.env_id}")
+        get_dynamics(c.dynamics)  # an unknown name: refused before any episode
+        self.env_id, self.max_turns, self.on_turn, self.make_kwargs = served.env_id, served.max_turns or 50, None, {}
+        answered_by_world = get_dynamics(c.dynamics).answers == "world"
+        self.reward_note = (
+            None
+            if answered_by_world or served.reward
+            else f"rewards here are the {get_dynamics(c.dynamics).default_reward!r} reward of the served env: not "
+            "the same source as a real run's 'world' reward, so the two means do not compare (serve --reward replay "
+            "makes them comparable where the suite can replay)"
+        )
+        self.agent = agents.load(c.agent, env=self.envs[0], **c.agent_kwargs)
+        if not self.agent.acts:
+            raise ValueError(f"{self.agent.name} is a world model and cannot act: play with another agent")
+        ids = served.task_ids
+        if c.task_ids:
+            ids = expand_ranges([t.strip() for v in c.task_ids for t in v.split(",") if t.strip()], served.task_ids)
+            missing = [t for t in ids if t not in served.task_ids]
+            if missing:
+                raise ValueError(f"{c.url} serves no task {missing[0]!r}")
+        settings = {"env_id": served.env_id, "split": served.split, "dynamics": c.dynamics, "agent": self.agent.name}
+        self._plan(ids, settings)
 
     def __iter__(self) -> Iterator[dict]:
         """The records of ``todo``, each appended to ``out`` (a new file unless ``resume``) before it is
@@ -182,7 +243,7 @@ class Run:
             # the id as given (MODULE:ID or PATH.py:ID too): each worker imports the module that registers it
             spec = WorkerSpec(c.env_id, c.agent, self.make_kwargs, c.agent_kwargs, c.batch, rehearsal=c.rehearsal)
             stream = run_distributed(spec, self.todo, c.workers, c.ray_address)
-        with closing(stream), self.out.open("a" if c.resume else "w") as f:
+        with closing(stream), self.out.open("a" if c.resume else "w") as f, self._sessions():
             for record in stream:
                 if self.earlier and record["agent"] != self.earlier[0]["agent"]:
                     raise ValueError(
@@ -192,6 +253,16 @@ class Run:
                     )
                 write_record(f, record)
                 yield record
+
+    @contextmanager
+    def _sessions(self):
+        """Close a served env's sessions when the run's episodes end (a later iteration opens new ones)."""
+        try:
+            yield
+        finally:
+            if self.config.url is not None:
+                for env in self.envs:
+                    env.close()
 
 
 def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwargs) -> dict:

@@ -320,3 +320,73 @@ def test_openenv_client_sees_capacity_reached():
         assert wait_for(lambda: active(url) == 0, 10)
         got = openenv_client(url, [{"reset": {"seed": 0, "options": {"dynamics": "rehearsed"}}, "actions": []}])
         assert got[0]["state"]["dynamics"] == "rehearsed"
+
+
+class Recorded(agents.Agent):
+    """Plays actions recorded in process, in order: how a remote env is played without a model."""
+
+    name = "recorded"
+
+    def __init__(self, actions: list):
+        self.actions = iter(actions)
+
+    def act(self, obs: dict) -> str:
+        return next(self.actions)
+
+
+@pytest.mark.parametrize("dynamics", ["real", "rehearsed"])
+def test_run_url_plays_a_served_env_with_the_records_of_an_in_process_run(tmp_path, dynamics):
+    from envace_gym.runs import Run, RunConfig
+
+    local = list(
+        Run(
+            RunConfig(MOCK, agent="oracle", dynamics=dynamics, reward="actions", limit=3, out=str(tmp_path / "l.jsonl"))
+        )
+    )
+    actions = [a for r in local for a in reference(MOCK, dynamics, r["task_id"], r["seed"])[1]]
+    server = EnvServer(MOCK, reward="actions", max_sessions=2, token="s3cret-token")
+    with serving(server) as url:
+        with pytest.raises(ValueError, match="gold answers never cross the wire"):
+            Run(RunConfig(None, url=url, token="s3cret-token", agent="oracle"))
+        with pytest.raises(ValueError, match="--reward, --workers cannot be given with it"):
+            Run(RunConfig(None, url=url, token="s3cret-token", agent="random", reward="world", workers=2))
+        with pytest.raises(ValueError, match=f"serves {MOCK}, not EnvACE/tau2-retail-v0"):
+            Run(RunConfig("EnvACE/tau2-retail-v0", url=url, token="s3cret-token", agent="random"))
+        with pytest.raises(ConnectionError, match=r"refused GET /tasks: HTTP 403 \(is the token right"):
+            Run(RunConfig(None, url=url, agent="random"))
+        job = Run(RunConfig(None, url=url, token="s3cret-token", agent="random", dynamics=dynamics, limit=3))
+        job.agent = Recorded(actions)
+        remote = list(job)
+        assert not server.sessions  # the run closed its session
+    assert job.out.name == f"tau2-mock-v0-random-{dynamics}.jsonl" and job.out.exists()
+    assert [r["task_id"] for r in remote] == [r["task_id"] for r in local]
+    for got, want in zip(remote, local):
+        assert {k: v for k, v in got.items() if k not in ("seconds", "agent")} == {
+            k: v for k, v in want.items() if k not in ("seconds", "agent")
+        }
+
+
+def test_run_url_from_the_command_line_and_a_server_that_is_gone(tmp_path):
+    server = EnvServer(MOCK, max_sessions=1)
+    with serving(server) as url:
+        out = tmp_path / "r.jsonl"
+        done = subprocess.run(
+            [sys.executable, "-m", "envace_gym.cli", "run", "--url", url, "--agent", "random", "--limit", "2"]
+            + ["--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+        assert [json.loads(line)["env_id"] for line in out.read_text().splitlines()] == [MOCK, MOCK]
+        assert "tau2-mock-v0" in done.stdout
+    gone = subprocess.run(
+        [sys.executable, "-m", "envace_gym.cli", "run", "--url", url, "--agent", "random"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert gone.returncode != 0 and f"cannot reach the env server at {url}" in gone.stderr + gone.stdout
+    assert len((gone.stderr + gone.stdout).strip().splitlines()) <= 3

@@ -34,7 +34,8 @@ MAX_ROWS = 50  # a longer run's table is summarised by how its episodes ended
 def run(options: dict, env_id: str | None, env: str | None) -> None:
     """Run an agent on every selected task and write one JSONL record per episode."""
     with user_errors():
-        config = config_from(RunConfig, {**options, "env_id": given_env(env_id, env)}, RUN_FIELDS)
+        served = options.get("url") and not (env_id or env)  # --url alone: the served env
+        config = config_from(RunConfig, {**options, "env_id": None if served else given_env(env_id, env)}, RUN_FIELDS)
         job = Run(config)
     if job.earlier:
         console.print(

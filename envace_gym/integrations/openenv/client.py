@@ -42,9 +42,23 @@ class Reply(BaseModel):
     done: bool = False
 
 
+class ServedTasks(BaseModel):
+    """A server's ``GET /tasks`` reply: its env, split, task ids, default dynamics, reward (None: each
+    dynamics' default) and turn limit."""
+
+    model_config = ConfigDict(strict=True)
+    env_id: str
+    split: str | None
+    task_ids: list[str]
+    dynamics: str
+    reward: str | None
+    max_turns: int | None
+
+
 class RemoteEnv(gym.Env):
     """One session on an env server, as a ``gymnasium.Env`` with the local env's spaces, ``reset``,
-    ``step`` and ``close``. Every request waits at most ``timeout`` seconds.
+    ``step`` and ``close``. Every request waits at most ``timeout`` seconds. ``dynamics``: those of
+    every episode that ``reset`` does not choose in its options (default: the server's).
 
     A server that cannot be reached at ``reset``, or whose reply is not a valid observation, is a
     ``ConnectionError`` naming the URL; either during an episode ends it (``terminated``, reward 0,
@@ -57,17 +71,25 @@ class RemoteEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, url: str, timeout: float = 60.0, max_message_bytes: int = 1 << 26, token: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 60.0,
+        max_message_bytes: int = 1 << 26,
+        token: str | None = None,
+        dynamics: str | None = None,
+    ):
         if not url.startswith(("http://", "https://", "ws://", "wss://")):
             raise ValueError(f"a server URL starts with http(s):// or ws(s)://, got {url!r}")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.url, self.timeout, self.max_message_bytes = url.rstrip("/"), timeout, max_message_bytes
-        self.token = token
+        self.token, self.dynamics = token, dynamics
         self.observation_space = ObservationSpace()
         self.action_space = ActionSpace(ToolSet([]))
         self._ws, self._obs, self._info, self._schemas = None, None, {}, None
         self._messages: list[dict] = []  # the session's last observation's messages
+        self._served: ServedTasks | None = None
 
     @property
     def ws_url(self) -> str:
@@ -159,11 +181,48 @@ class RemoteEnv(gym.Env):
         self._obs, self._info = obs, fields.info
         return obs, reply.reward or 0.0, fields.terminated, fields.truncated, fields.info
 
+    @property
+    def env_id(self) -> str:
+        """The served env's id (:meth:`tasks`)."""
+        return self.tasks().env_id
+
+    @property
+    def split(self) -> str | None:
+        """The served env's split (:meth:`tasks`)."""
+        return self.tasks().split
+
+    def tasks(self) -> ServedTasks:
+        """What the server plays (``GET /tasks``, asked once); a server that cannot be reached, or
+        answers something else, is a ``ConnectionError`` naming the URL."""
+        if self._served is None:
+            self._served = self._get_tasks()
+        return self._served
+
+    def _get_tasks(self) -> ServedTasks:
+        from urllib.error import HTTPError, URLError
+        from urllib.request import Request, urlopen
+
+        url = ("http" + self.url[2:] if self.url.startswith("ws") else self.url) + "/tasks"
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            with urlopen(Request(url, headers=headers), timeout=self.timeout) as reply:
+                return ServedTasks.model_validate_json(reply.read(self.max_message_bytes + 1))
+        except HTTPError as e:
+            hint = " (is the token right? serve --token, RemoteEnv(token=...))" if e.code in (401, 403) else ""
+            raise ConnectionError(f"the env server at {self.url} refused GET /tasks: HTTP {e.code}{hint}") from None
+        except (URLError, OSError) as e:
+            raise ConnectionError(f"cannot reach the env server at {self.url}: {e}") from None
+        except ValidationError as e:
+            raise ConnectionError(
+                f"the env server at {self.url} sent no task list (is it an envace-gym server?): {e.errors()[0]['msg']}"
+            ) from None
+
     # gymnasium -------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self._obs = None
-        obs, _, _, _, info = self._unpack(self._request("reset", {"seed": seed, "options": options or {}}))
+        options = {"dynamics": self.dynamics, **(options or {})} if self.dynamics else options or {}
+        obs, _, _, _, info = self._unpack(self._request("reset", {"seed": seed, "options": options}))
         return obs, info
 
     def step(self, action: Any):
@@ -174,7 +233,7 @@ class RemoteEnv(gym.Env):
             out = self._unpack(self._request("step", payload))
         except ConnectionError as e:  # the server is gone, or speaks nonsense: the episode ends here, and says why
             obs, self._obs = self._obs, None
-            return obs, 0.0, True, False, {**self._info, "tool_calls": [], "error": str(e)}
+            return obs, 0.0, True, False, {**self._info, "tool_calls": [], "ended_by": "server_error", "error": str(e)}
         except ValueError as e:
             raise RuntimeError(str(e)) from None
         if out[2] or out[3]:
@@ -200,6 +259,7 @@ class RemoteEnv(gym.Env):
             "timeout": self.timeout,
             "max_message_bytes": self.max_message_bytes,
             "token": self.token,
+            "dynamics": self.dynamics,
         }
 
     def __setstate__(self, state: dict) -> None:

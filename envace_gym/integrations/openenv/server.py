@@ -5,10 +5,11 @@ We speak the protocol on FastAPI and uvicorn instead of importing ``openenv``: i
 protocol is the contract; ``tests/test_openenv.py`` checks it with OpenEnv's own client).
 
 Routes: ``/ws`` (the stateful path: ``reset``, ``step``, ``state``, ``mcp`` and ``close``
-messages), ``GET /health``, ``/metadata``, ``/schema``, ``/capacity``, and ``POST /mcp``
-(JSON-RPC ``tools/list``). An observation's fields are ``role``, ``messages``, ``tools`` and
-``tool_call`` as in-process, ``terminated`` and ``truncated``, and ``info`` (the step's ``info``
-dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` are OpenEnv's.
+messages), ``GET /health``, ``/metadata``, ``/schema``, ``/capacity``, ``POST /mcp``
+(JSON-RPC ``tools/list``) and, beyond OpenEnv's routes, ``GET /tasks``
+(:class:`~envace_gym.integrations.openenv.client.ServedTasks`). An observation's fields are ``role``,
+``messages``, ``tools`` and ``tool_call`` as in-process, ``terminated`` and ``truncated``, and ``info``
+(the step's ``info`` dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` are OpenEnv's.
 
 A session opened as ``/ws?observations=delta`` (``RemoteEnv`` does) gets, in each observation, only the
 messages after the first ``messages_from`` of the observation before, and ``tools`` only when they changed
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.websockets import WebSocketDisconnect
 
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
+from envace_gym.integrations.openenv.client import ServedTasks
 
 PROTOCOL = "0.10"
 RESET_OPTIONS = ("task_id", "dynamics")  # reset data keys that go into reset(options=...)
@@ -395,6 +397,18 @@ class EnvServer:
                 "observation": EnvACEObservation.model_json_schema(),
                 "state": EnvACEState.model_json_schema(),
             }
+
+        @app.get("/tasks")
+        def tasks():
+            inner = self.catalog.unwrapped
+            return ServedTasks(
+                env_id=self.env_id,
+                split=inner.split,
+                task_ids=[str(t) for t in inner.task_ids],
+                dynamics=inner.dynamics,
+                reward=getattr(inner.reward, "__name__", inner.reward),
+                max_turns=inner.max_turns,
+            ).model_dump()
 
         @app.get("/capacity")
         def capacity():
