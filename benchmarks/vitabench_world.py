@@ -8,7 +8,7 @@ envace-gym's path is ``reset`` (a copy of the task's initial world, built at its
 with one call (validation included) and ``fork`` of the episode. Both run the same calls:
 searches, lookups, placing, paying and cancelling an order.
 
-    VITABENCH_ROOT=../shared/vitabench python benchmarks/vitabench_world.py [--tasks 100]
+    VITABENCH_ROOT=/path/to/vitabench python benchmarks/vitabench_world.py [--tasks 100]
 """
 
 from __future__ import annotations

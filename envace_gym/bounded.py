@@ -13,7 +13,8 @@ from envace_gym.messages import brackets_within_depth, loads_bounded
 if TYPE_CHECKING:
     from envace_gym.suite import Suite, World
 
-OVER_TIME = "over_time"  # the ``native`` of a limit error whose call ran out of time
+#: The ``native`` of a limit error whose call ran out of time.
+OVER_TIME = "over_time"
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Response:
 
     @property
     def content(self) -> str:
-        return self.error.content() if self.error else self.text
+        return self.error.content() if self.error else self.text or ""
 
     @classmethod
     def from_native(cls, native: Any, decode_scalars: bool = False) -> Response:

@@ -5,6 +5,7 @@ model. Tool responses are user turns wrapped in ``<tool_response>``, so an inlin
 rehearsal is the text between ``<tool_response>\\n`` and ``\\n</tool_response>``.
 """
 
+#: The chat template with tool calls and tool messages, for tokenizers without one.
 TOOL_CHAT_TEMPLATE = """\
 {%- set system = messages[0].content if messages and messages[0].role == 'system' else '' -%}
 {%- if tools -%}

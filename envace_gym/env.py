@@ -124,6 +124,7 @@ class EnvACEEnv(gym.Env):
         self.tools = suite.tools(suite.task(self.task_ids[0]))
         self.action_space = ActionSpace(self.tools)
         self.episode: Episode | None = None
+        self._error: str | None = None
         if isinstance(simulator, str):
             raise TypeError(
                 f"simulator={simulator!r}: an agent name is resolved by gym.make (registered ids); "
@@ -131,6 +132,13 @@ class EnvACEEnv(gym.Env):
             )
         if callable(simulator) and not hasattr(simulator, "act"):  # a factory: the agent that plays in this env
             self.simulator = simulator(self)
+
+    @property
+    def _live(self) -> Episode:
+        """The current episode; a RuntimeError before the first reset."""
+        if self.episode is None:
+            raise RuntimeError("no episode yet: call reset()")
+        return self.episode
 
     # public API ----------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -216,7 +224,7 @@ class EnvACEEnv(gym.Env):
         return reward, info
 
     def _score(self, info: dict) -> float:
-        return score_episode(self._reward, self.episode, info)
+        return score_episode(self._reward, self._live, info)
 
     # pickling (copies across processes): the suite goes by reference where it defines
     # __reduce__ (the built-in ones do), and the world is not pickled but rebuilt on load
@@ -292,7 +300,7 @@ class EnvACEEnv(gym.Env):
         Computed on a fresh world that replays the episode's calls, so the
         episode's own world is never touched.
         """
-        return execute(self.suite, self.episode.replayed_world(), name, arguments, self.limits)
+        return execute(self.suite, self._live.replayed_world(), name, arguments, self.limits)
 
     def act_with(self, agent_class: type) -> str:
         """The action of a fresh ``agent_class(self)`` on the current observation. A method, so that a
@@ -306,7 +314,7 @@ class EnvACEEnv(gym.Env):
 
     # turn logic ------------------------------------------------------------
     def _act(self, action: Any, records: list[CallRecord]) -> None:
-        ep = self.episode
+        ep = self._live
         self._turn += 1
         text, calls = parse_act(action, id_prefix=f"call_{self._turn}")
         ep.messages.append(assistant_message(text, calls))
@@ -337,15 +345,15 @@ class EnvACEEnv(gym.Env):
         for call in calls:
             error = self._check(call)
             source, content = ("rejected", error.content()) if error else ("unanswered", "")
-            self._record(call, source, content, error and str(error.code), records)
+            self._record(call, source, content, str(error.code) if error else None, records)
 
     def _record(self, call: ToolCall, source: str, content: str, code: str | None, records: list, **extra) -> None:
         """Keep a call of the assistant's, answered by ``source``, in the episode and in this step's ``records``."""
-        at = len(self.episode.messages)
+        at = len(self._live.messages)
         record = CallRecord(
             call.id, call.name, call.arguments, "assistant", source, content, code, position=at, **extra
         )
-        self.episode.calls.append(record)
+        self._live.calls.append(record)
         records.append(record)
 
     def _guarded(self, fn, *args, seconds: float | None = None):
@@ -360,7 +368,7 @@ class EnvACEEnv(gym.Env):
 
     def _fail(self, error: Exception | str) -> None:
         """End the episode on a failure that is not a tool error."""
-        self.episode.ended_by = "error"
+        self._live.ended_by = "error"
         self._error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         self._pending.clear()
         self.action_space.role = "act"
@@ -381,7 +389,7 @@ class EnvACEEnv(gym.Env):
         A call that runs out of time leaves no trace: the world is rebuilt from the
         episode's earlier calls, and the call is recorded as rejected.
         """
-        ep = self.episode
+        ep = self._live
         response = execute(ep.suite, ep.world, call.name, call.arguments, self.limits)
         if response.native != OVER_TIME:
             return "real", response
@@ -391,8 +399,8 @@ class EnvACEEnv(gym.Env):
 
     def _advance(self, records: list[CallRecord]) -> None:
         """Answer pending calls until one needs a rehearse turn by the acting agent."""
-        shadow = DYNAMICS[self.episode.dynamics].shadow
-        while self._pending and self.episode.ended_by is None:
+        shadow = DYNAMICS[self._live.dynamics].shadow
+        while self._pending and self._live.ended_by is None:
             call, answers = self._pending[0]
             error = self._check(call)
             if error is not None:
@@ -416,7 +424,7 @@ class EnvACEEnv(gym.Env):
 
     def _source(self) -> str:
         """Who answers the next call under this episode's dynamics (``either``: a coin per call)."""
-        answers = DYNAMICS[self.episode.dynamics].answers
+        answers = DYNAMICS[self._live.dynamics].answers
         if answers == "either":
             return "world" if self.np_random.random() < self.p_real else "policy"
         return answers
@@ -438,14 +446,14 @@ class EnvACEEnv(gym.Env):
         self._pending.popleft()
         content = escape_tags(content)  # the same JSON value, with no tag or control token
         self._record(call, source, content, error_code_of_text(content), records, **extra)
-        self.episode.messages.append(tool_message(call, content))
+        self._live.messages.append(tool_message(call, content))
         if source == "real" and self.response_cache is not None:
             self.response_cache.add(call.name, call.arguments, content)
         if call.name == self.suite.transfer_tool and source != "rejected":
             self._transferred = True
 
     def _replayed(self, call: ToolCall) -> str:
-        answer = recorded(self._replay_table, call.name, call.arguments)
+        answer = recorded(self._replay_table or {}, call.name, call.arguments)
         if isinstance(answer, ToolError):
             return answer.content()
         return checked(call.name, Response(text=answer), self.limits, "the recorded").content  # as real ones are
@@ -464,16 +472,18 @@ class EnvACEEnv(gym.Env):
     # observations ----------------------------------------------------------
     def _obs(self) -> dict:
         call = self._pending[0][0] if self._pending else None
-        pending = None if call is None else {"id": call.id, "name": call.name, "arguments": call.arguments}
-        if call is not None and self.rehearsal_format == "prompted":  # a simulator prompt of its own
-            cached = self.response_cache.get(call.name) if self.response_cache else []
-            function = self.tools.functions[call.name]
-            messages = episode_prompt(self.episode, pending, function, cached, self.examples_per_tool)
+        pending: dict[str, Any] | None = (
+            None if call is None else {"id": call.id, "name": call.name, "arguments": call.arguments}
+        )
+        if pending is not None and self.rehearsal_format == "prompted":  # a simulator prompt of its own
+            cached = self.response_cache.get(pending["name"]) if self.response_cache else []
+            function = self.tools.functions[pending["name"]]
+            messages = episode_prompt(self._live, pending, function, cached, self.examples_per_tool)
             return {"role": "rehearse", "messages": messages, "tools": [], "tool_call": pending}
-        role = "act" if call is None else "rehearse"
+        role = "act" if pending is None else "rehearse"
         return {
             "role": role,
-            "messages": list(self.episode.messages),
+            "messages": list(self._live.messages),
             "tools": self.tools.schemas,
             "tool_call": pending,
         }
@@ -481,8 +491,8 @@ class EnvACEEnv(gym.Env):
     def _info(self, records: list[CallRecord]) -> dict:
         return {
             "role": self.role,
-            "dynamics": self.episode.dynamics,
-            "task_id": self.episode.task.id,
+            "dynamics": self._live.dynamics,
+            "task_id": self._live.task.id,
             "turn": self._turn,
             "tool_calls": [r.info() for r in records],
             "rehearsal_errors": self._rehearsal_errors,

@@ -30,7 +30,7 @@ class Grader:
 
     def has_gold(self, task: Task) -> bool:
         """Whether the task has gold calls (default: yes). The oracle, the ``actions`` rewards and
-        replay of gold need them; a task without them is scored by :meth:`judge_reward`."""
+        replay of gold need them; a task without them is scored by the suite's ``judge_reward``."""
         return True
 
     def require_gold(self, task: Task) -> None:
@@ -102,7 +102,7 @@ class Grader:
 
 class NoGoldGrader(Grader):
     """The grader of a suite without gold calls, which says so: the oracle, the ``actions``
-    rewards and replay of gold refuse, and :meth:`judge_reward` (if a subclass gives one)
+    rewards and replay of gold refuse, and the suite's ``judge_reward`` (if a subclass gives one)
     is the default reward."""
 
     def has_gold(self, task: Task) -> bool:

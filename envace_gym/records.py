@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 
 # text columns that pandas' own JSON reader would turn into numbers or dates (task id "5" -> 5)
 TEXT_COLUMNS = ("task_id", "env_id", "split", "agent", "dynamics", "reward_source", "ended_by", "error", "tool")
-# far above what run, compare and train write (the JSON values inside them nest at most
-# messages.MAX_JSON_DEPTH deep), far below what json and the viewer can walk with recursion
+#: How deep a record's brackets may nest: far above what run, compare and train write (the JSON values
+#: inside them nest at most messages.MAX_JSON_DEPTH deep), far below what json and the viewer can walk.
 MAX_DEPTH = 256
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 
@@ -211,7 +211,8 @@ def resume_records(path: str | Path, expected: dict) -> list[dict]:
                 f.write(b"\n")
     lines = data.decode("utf-8", "replace").split("\n")
     numbers = [number for number, line in enumerate(lines, 1) if line.strip()]  # of the lines rows() reads
-    expected, kept = dict(expected), {}
+    expected = dict(expected)
+    kept: dict[tuple, dict] = {}  # (task_id, seed) -> its first record
     for number, row in zip(numbers, rows(path)):
         try:
             record = RunRecord.model_validate(row).model_dump()
@@ -234,7 +235,8 @@ def resume_records(path: str | Path, expected: dict) -> list[dict]:
     return list(kept.values())
 
 
-TRAINING_PANELS = (  # the training curves: (title, metric keys of metrics.jsonl's rows)
+#: The training curves: (title, metric keys of metrics.jsonl's rows).
+TRAINING_PANELS = (
     ("reward by role", ("reward", "reward/act", "reward/rehearse")),
     ("loss", ("loss/act", "loss/rehearse", "eval/loss/act", "eval/loss/rehearse")),
     ("KL and clip fraction", ("kl/act", "kl/rehearse", "clip_fraction/act", "clip_fraction/rehearse")),

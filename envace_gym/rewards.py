@@ -13,6 +13,7 @@ from envace_gym.messages import parse_rehearsal, transcript
 from envace_gym.openai_client import ChatEndpoint, ModelServerError
 from envace_gym.specs import parse_spec
 
+#: A reward: an episode in, its score (or the score and its parts) out.
 RewardFn = Callable[[Episode], float | tuple[float, dict]]
 
 
@@ -214,15 +215,18 @@ class JudgeReward:
         }
 
 
-# judges named by a ``PREFIX:MODEL@BASE_URL`` spec, by prefix; a suite's package may add its own
+#: Judges named by a ``PREFIX:MODEL@BASE_URL`` spec, by prefix; a suite's package may add its own.
 SPEC_REWARDS: dict[str, Callable[[str], RewardFn]] = {"judge": JudgeReward.from_spec}
 
 
 def resolve_reward(reward: str | RewardFn | None) -> str | RewardFn | None:
     """A reward as the env keeps it: ``judge:MODEL@URL`` becomes a :class:`JudgeReward` (and
     another prefix of :data:`SPEC_REWARDS` its judge)."""
-    prefix, colon, _ = reward.partition(":") if isinstance(reward, str) else ("", "", "")
-    return SPEC_REWARDS[prefix](reward) if colon and prefix in SPEC_REWARDS else reward
+    if isinstance(reward, str):
+        prefix, colon, _ = reward.partition(":")
+        if colon and prefix in SPEC_REWARDS:
+            return SPEC_REWARDS[prefix](reward)
+    return reward
 
 
 def score_episode(reward: str | RewardFn, episode: Episode, info: dict) -> float:

@@ -34,7 +34,7 @@ def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = Non
 
     An agent whose model server fails, or whose own code raises, ends the episode: reward 0,
     ``ended_by`` ``agent_error`` and the failure in ``error``. The agent's own fields
-    (:meth:`~envace_gym.agents.Agent.episode_stats`: a private rehearsal's cost) are in it.
+    (:meth:`~envace_gym.agents.base.Agent.episode_stats`: a private rehearsal's cost) are in it.
     """
     return next(run_batched([env], agent, [(task_id, seed)]))
 
@@ -96,7 +96,7 @@ def run_batched(
     episodes: Sequence[tuple[str, int | None]],
     reseed: bool = False,
     on_turn: Callable[[int, float], None] | None = None,
-) -> Iterator[dict]:
+) -> Generator[dict, None, None]:
     """Play the ``(task_id, seed)`` episodes, ``len(envs)`` at a time, and yield their records as
     they end; an env whose episode ends starts the next one.
 

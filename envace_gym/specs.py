@@ -43,10 +43,13 @@ def import_module(name: str) -> ModuleType:
         path = Path(name).resolve()
         known = sys.modules.get(path.stem)
         if known is not None:
-            if getattr(known, "__file__", None) and Path(known.__file__).resolve() == path:
+            file = getattr(known, "__file__", None)
+            if file and Path(file).resolve() == path:
                 return known
             raise ImportError(f"another module named {path.stem!r} is already imported; rename the file")
         spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path} cannot be imported as a Python module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module  # before it runs: dataclasses and pickle look it up
         try:

@@ -40,17 +40,17 @@ def deep_copy(value: Any, memo: dict | None = None) -> Any:
         out.extend(v if type(v) in _ATOMIC else deep_copy(v, memo) for v in value)
         return out
     if kind is dict:
-        out = memo[id(value)] = {}
-        out.update(
+        mapping = memo[id(value)] = {}
+        mapping.update(
             {
                 k if type(k) in _ATOMIC else deep_copy(k, memo): v if type(v) in _ATOMIC else deep_copy(v, memo)
                 for k, v in value.items()
             }
         )
-        return out
+        return mapping
     if getattr(kind, "__deepcopy__", None) is not BaseModel.__deepcopy__:
         return copy.deepcopy(value, memo)
-    model = memo[id(value)] = kind.__new__(kind)
+    model = memo[id(value)] = object.__new__(kind)
     setattr_ = object.__setattr__
     setattr_(
         model, "__dict__", {k: v if type(v) in _ATOMIC else deep_copy(v, memo) for k, v in value.__dict__.items()}
@@ -131,7 +131,7 @@ class CowMapping(MutableMapping):
         return (item for _, item in self.items())
 
     def items(self):
-        """Pairs in :meth:`__iter__`'s order, the overlay's item where there is one."""
+        """Pairs in iteration order, the overlay's item where there is one."""
         local, deleted = self.local, self.deleted
         for key, item in self.base.items():
             if key not in deleted:

@@ -10,6 +10,7 @@ a pattern is validated by jsonschema with RE2 patterns, never by Python's backtr
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -36,7 +37,7 @@ class SchemaError(ValueError):
 
 @lru_cache(maxsize=4096)
 def compile_pattern(pattern: str):
-    """``pattern`` compiled by RE2 (linear-time matching); :class:`re2.error` if RE2 cannot express it."""
+    """``pattern`` compiled by RE2 (linear-time matching); ``re2.error`` if RE2 cannot express it."""
     return re2.compile(pattern, _RE2_OPTIONS)
 
 
@@ -137,7 +138,7 @@ class ToolSet:
     Every schema passes :func:`audit_schema` first; a refused one raises :class:`SchemaError`.
     """
 
-    def __init__(self, schemas: list[dict], hidden: list[dict] = (), closed: bool = False):
+    def __init__(self, schemas: list[dict], hidden: Sequence[dict] = (), closed: bool = False):
         self.schemas, self._hidden, self._closed = schemas, list(hidden), closed
         if len(schemas) + len(self._hidden) > MAX_TOOLS:
             raise SchemaError(f"{len(schemas) + len(self._hidden)} tools: at most {MAX_TOOLS} in one tool set")

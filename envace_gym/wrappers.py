@@ -36,7 +36,7 @@ class ScoreTruncated(gym.Wrapper, gym.utils.RecordConstructorArgs):
     so no terminal reward would be computed. Every ``EnvACE/*`` id is registered with
     this wrapper outside that ``TimeLimit``: on a step that comes back truncated while
     the env's own episode is still running, it ends the episode
-    (:meth:`~envace_gym.EnvACEEnv.finish`, ``ended_by="time_limit"``) and returns its
+    (:meth:`~envace_gym.env.EnvACEEnv.finish`, ``ended_by="time_limit"``) and returns its
     reward with ``info["reward_source"]``, ``info["reward_info"]`` and
     ``info["ended_by"]``. Around a hand-made limit: ``ScoreTruncated(TimeLimit(env, N))``.
     """

@@ -1,4 +1,4 @@
-"""The act/rehearse protocol of DESIGN.md on the tau2 suites."""
+"""The act/rehearse step protocol (docs/contract/index.md) on the tau2 suites."""
 
 import json
 

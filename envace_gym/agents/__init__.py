@@ -1,5 +1,6 @@
-"""Agents by name (DESIGN.md): ``oracle``, ``noisy-oracle``, ``random``, ``knn``, ``smollm2``, ``hf:``, ``vllm:``
-(offline or ``@BASE_URL``), ``openai:``; and :class:`PrivateRehearsal`, which wraps any of them."""
+"""Agents by name: ``oracle``, ``noisy-oracle``, ``random``, ``knn``, ``smollm2``, ``hf:``, ``vllm:``
+(offline or ``@BASE_URL``), ``openai:``; and
+:class:`~envace_gym.agents.private_rehearsal.PrivateRehearsal`, which wraps any of them."""
 
 from __future__ import annotations
 
@@ -121,7 +122,8 @@ def check_kwargs(cls: type, name: str, kwargs: dict) -> dict:
 def with_rehearsal(
     agent: Agent, env: gym.Env, budget: int = 0, world_model: str | None = None, **options: Any
 ) -> Agent:
-    """``agent`` with test-time private rehearsal of ``budget`` attempts (:class:`PrivateRehearsal`'s
+    """``agent`` with test-time private rehearsal of ``budget`` attempts
+    (:class:`~envace_gym.agents.private_rehearsal.PrivateRehearsal`'s
     ``options``; a ``world_model`` named as for :func:`load`, loaded in ``env``). The options are
     checked at every budget; budget 0 is the agent itself."""
     wrapped = PrivateRehearsal(

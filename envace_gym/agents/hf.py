@@ -38,7 +38,7 @@ class HFAgent(TokenAgent):
     left-padded generation, greedy or sampled (``temperature``, ``top_p``), seeded.
 
     ``path`` is a model directory or a ``.gguf`` file. ``max_new_tokens`` defaults to what a ``train``
-    checkpoint was trained with (:func:`play_settings`), else 256. :meth:`generate` returns
+    checkpoint was trained with (:func:`play_settings`), else 256. ``generate`` returns
     :class:`~envace_gym.agents.prompting.Generation` objects (text, prompt and
     completion token ids, and per-token log-probs under softmax(logits / temperature), the
     distribution a trainer recomputes; sampling has no hidden top-k cut).

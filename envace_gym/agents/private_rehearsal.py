@@ -205,7 +205,7 @@ class PrivateRehearsal(Agent):
     suites whose worlds are servers: :attr:`~envace_gym.suite.Suite.private_worlds`), and nothing
     of their rewards, info or the task's gold reaches the agent or the scorer: they see the
     committed conversation and the attempts' turns and responses. The private context stays out of the episode; it is
-    kept in :attr:`private_context`. :attr:`info` holds the current episode's accounting
+    kept in ``private_context``. :attr:`info` holds the current episode's accounting
     (``rehearsal_attempts``, ``rehearsal_turns``, ``rehearsal_tokens``: generated tokens,
     exact for token agents and counted as words and symbols for others,
     ``rehearsal_seconds``, and ``real_calls``: the committed calls the world answered).

@@ -44,6 +44,7 @@ def _control_tokens(tokenizer) -> re.Pattern | None:
     return pattern
 
 
+#: The chat roles a message may have.
 ROLES = ("system", "user", "assistant", "tool")
 
 

@@ -1,5 +1,5 @@
-"""The ``envace-gym`` command line: :data:`app`, its commands in :mod:`~envace_gym.cli.envs`,
-:mod:`~envace_gym.cli.episodes` and :mod:`~envace_gym.cli.training`."""
+"""The ``envace-gym`` command line: :data:`app`, its commands in ``envace_gym.cli.envs``,
+``envace_gym.cli.episodes`` and ``envace_gym.cli.training``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def build_app() -> typer.Typer:
     return app
 
 
+#: The ``envace-gym`` command.
 app = build_app()
 
 __all__ = ["app", "build_app"]

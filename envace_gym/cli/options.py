@@ -19,6 +19,7 @@ import typer
 
 from envace_gym.runs import RunConfig
 
+#: The env of a command given none.
 DEFAULT_ENV = "EnvACE/tau2-retail-v0"
 
 

@@ -18,7 +18,7 @@ ones::
     model = PPO(CandidatePolicy, train).learn(16_000)
     test = CandidateEnv(gym.make("EnvACE/tau2-mock-gen-v0", split="test", max_turns=8))
 
-The wrapper is a plain Gymnasium env: only :class:`CandidatePolicy` needs torch and
+The wrapper is a plain Gymnasium env: only ``CandidatePolicy`` needs torch and
 stable-baselines3, imported when it is first used.
 """
 
@@ -56,6 +56,7 @@ CANDIDATE_FEATURES = (
 )
 GLOBAL_FEATURES = ("turn", "calls", "last_call_error", "candidates")
 
+#: The candidate actions of an observation.
 Candidates = Callable[[dict], list[str]]
 
 
@@ -248,7 +249,7 @@ class CandidateEnv(gym.Wrapper):
     ties to the user's words, quoted values the user introduced with the argument's name);
     its argument count; same tool as the last call; its slot; a one-hot of its tool.
     ``action_masks()`` marks the real candidates (for sb3-contrib's ``MaskablePPO``).
-    Any SB3 policy takes the flat ``Box`` (``"MlpPolicy"``); :class:`CandidatePolicy`
+    Any SB3 policy takes the flat ``Box`` (``"MlpPolicy"``); ``CandidatePolicy``
     scores every row with one shared network and learns far faster.
     ``info`` is the inner env's, with ``action_text``, ``candidates`` (their count) and
     every answered call of the step in ``tool_calls``; the reward is the inner env's

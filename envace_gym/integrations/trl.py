@@ -9,7 +9,7 @@
   the loss and ends a rollout at the first message without a tool call: no user turns, no
   rehearse turns.
 - ``rollout_func=EpisodeRollout(ENV_ID)`` with ``reward_funcs=episode_reward``: every
-  prompt is a whole episode, played by :func:`envace_gym.training.collect` with the
+  prompt is a whole episode, played by :func:`envace_gym.training.rollout.collect` with the
   trainer's model: user turns, and rehearse turns under any dynamics. Act and rehearse
   tokens are trainable (``env_mask``), what the env, the user and the template add is not;
   logprobs are the sampler's.
@@ -273,7 +273,7 @@ def _resolved(schema: Any, definitions: dict) -> Any:
 class EpisodeRollout:
     """A ``rollout_func`` for TRL's GRPOTrainer: each prompt (a row of :func:`make_dataset`) is
     one whole episode of ``gym.make(env_id, **make_kwargs)``, played by
-    :func:`~envace_gym.training.collect` with the trainer's model at its temperature and top-p.
+    :func:`~envace_gym.training.rollout.collect` with the trainer's model at its temperature and top-p.
 
     It returns ``prompt_ids`` (the tokens before the first generation), ``completion_ids`` (the
     rest of the episode), the sampler's ``logprobs``, ``env_mask`` (1 on the tokens of

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from envace_gym.training.config import ROLES
 
+#: Each token's role as a number: context (not trained), act or rehearse.
 ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2}
 
 

@@ -1,5 +1,5 @@
-"""The trained model and what GRPO (:class:`~envace_gym.training.Trainer`) and SFT
-(:class:`~envace_gym.training.SFT`) share around it: loading (LoRA, gradient checkpointing),
+"""The trained model and what GRPO (:class:`~envace_gym.training.trainer.Trainer`) and SFT
+(:class:`~envace_gym.training.sft.SFT`) share around it: loading (LoRA, gradient checkpointing),
 accelerate, the optimizer and its schedule, FSDP sharding, the loop that logs metrics, and
 checkpoints that resume."""
 

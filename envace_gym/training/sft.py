@@ -2,7 +2,7 @@
 
 An episode is a ``run`` record (:func:`envace_gym.runner.run_episode`: ``messages``,
 ``tools``, ``opening_messages``, ``real_call_ids``). It becomes the token sequence an
-inline-rehearsal rollout of it would be (:func:`envace_gym.training.collect`): the
+inline-rehearsal rollout of it would be (:func:`envace_gym.training.rollout.collect`): the
 agent's assistant messages are ``act`` tokens, the tool messages the real world
 answered are ``rehearse`` tokens, everything else (system prompt, the suite's opening,
 user turns, template text, rehearsed or rejected tool responses) is context. The loss
@@ -37,7 +37,7 @@ Sequence = tuple[list[int], list[int]]  # token ids and their roles (ROLE_IDS)
 
 
 def episode_tokens(tokenizer, record: dict) -> Sequence:
-    """The ids and roles of one ``run`` record's episode, as :func:`~envace_gym.training.collect` tags them.
+    """The ids and roles of one ``run`` record's episode, as :func:`~envace_gym.training.rollout.collect` tags them.
 
     After the opening (context), an assistant message is ``act`` from where the generation
     prompt ends through the end-of-turn token; a tool message of a real call is ``rehearse``
@@ -205,16 +205,16 @@ class SFT:
     tokenizer = property(lambda self: self.policy.tokenizer)
 
     def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-        """Train to ``steps`` (:meth:`Policy.fit`); returns each step's metrics record, also given to
-        ``on_step`` as it is made."""
+        """Train to ``steps`` (:meth:`~envace_gym.training.policy.Policy.fit`); returns each step's metrics
+        record, also given to ``on_step`` as it is made."""
         return self.policy.fit(self, on_step)
 
     def save(self) -> Path | None:
-        """Write ``OUT/step-N`` (:meth:`Policy.save`)."""
+        """Write ``OUT/step-N`` (:meth:`~envace_gym.training.policy.Policy.save`)."""
         return self.policy.save(self)
 
     def resume(self) -> None:
-        """Continue from the latest checkpoint in ``out`` (:meth:`Policy.resume`)."""
+        """Continue from the latest checkpoint in ``out`` (:meth:`~envace_gym.training.policy.Policy.resume`)."""
         self.policy.resume(self)
 
     def _sequence(self, record: dict, index: int) -> Sequence:

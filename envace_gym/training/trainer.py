@@ -133,16 +133,17 @@ class Trainer:
         return out.float().cpu()
 
     def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-        """Train to ``steps`` (:meth:`Policy.fit`); returns each step's metrics record, also given to
-        ``on_step`` as it is made."""
+        """Train to ``steps`` (:meth:`~envace_gym.training.policy.Policy.fit`); returns each step's metrics
+        record, also given to ``on_step`` as it is made."""
         return self.policy.fit(self, on_step)
 
     def save(self) -> Path | None:
-        """Write ``OUT/step-N`` (:meth:`Policy.save`)."""
+        """Write ``OUT/step-N`` (:meth:`~envace_gym.training.policy.Policy.save`)."""
         return self.policy.save(self)
 
     def resume(self) -> None:
-        """Continue from the latest checkpoint in ``out`` (:meth:`Policy.resume`); every process calls this."""
+        """Continue from the latest checkpoint in ``out`` (:meth:`~envace_gym.training.policy.Policy.resume`);
+        every process calls this."""
         self.policy.resume(self)
         self._sync_engine()
 

@@ -5,7 +5,7 @@ turn the agent calls tools until it answers without a call. Every episode owns
 fresh backend instances loaded from the entry's initial config. A call reaches
 a backend only as a bound method looked up by name among the entry's declared
 functions, with keyword arguments that passed the tool's JSON Schema: model
-text is never evaluated as code (bfcl-eval itself ``eval``s call strings).
+text is never evaluated as code (bfcl-eval itself passes call strings to ``eval``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ SUITE_OPTIONS = ("name", "deterministic", "pool_size", "call_timeout", "startup_
 
 
 def as_tasks(tasks: str | Path | Sequence[Task | dict | str]) -> list[Task]:
-    """Tasks from a JSONL path, or a list of :class:`Task`, task records (dicts) or user messages."""
+    """Tasks from a JSONL path, or a list of :class:`~envace_gym.episode.Task`, task records (dicts) or
+    user messages."""
     if isinstance(tasks, (str, Path)):
         return load_tasks(tasks)
     out = []
@@ -34,9 +35,10 @@ def as_tasks(tasks: str | Path | Sequence[Task | dict | str]) -> list[Task]:
 
 
 def make_env(server: Any, tasks: str | Path | Sequence[Task | dict | str], **kwargs) -> MCPEnv:
-    """An env on an MCP server (a command line, a URL, a :class:`Stdio`, :class:`Http` or
-    :class:`InProcess` spec, or ``None`` for offline tasks) that owns its suite: ``close()``
-    stops its servers. ``kwargs`` go to :class:`MCPSuite` (its options) and to the env."""
+    """An env on an MCP server (a command line, a URL, a :class:`~envace_gym.envs.mcp.runtime.Stdio`,
+    :class:`~envace_gym.envs.mcp.runtime.Http` or :class:`~envace_gym.envs.mcp.runtime.InProcess` spec,
+    or ``None`` for offline tasks) that owns its suite: ``close()`` stops its servers. ``kwargs`` go to
+    :class:`~envace_gym.envs.mcp.suite.MCPSuite` (its options) and to the env."""
     options = {k: kwargs.pop(k) for k in SUITE_OPTIONS if k in kwargs}
     return MCPEnv(MCPSuite(as_tasks(tasks), server, **options), owns_suite=True, **kwargs)
 

@@ -47,8 +47,9 @@ def function_schema(tool: Any) -> dict:
 class MCPSuite(Suite):
     """Tasks on one MCP server, or offline on their recorded trajectories.
 
-    ``server``: a command line (stdio), a URL (streamable HTTP), or a :class:`Stdio`,
-    :class:`Http` or :class:`InProcess` spec; ``None`` runs every task offline, where the
+    ``server``: a command line (stdio), a URL (streamable HTTP), or a
+    :class:`~envace_gym.envs.mcp.runtime.Stdio`, :class:`~envace_gym.envs.mcp.runtime.Http` or
+    :class:`~envace_gym.envs.mcp.runtime.InProcess` spec; ``None`` runs every task offline, where the
     world answers from the task's recording (``RecordedWorld``). Tools come from the
     server's ``tools/list`` (offline: the tasks' own tool lists), each task seeing its
     ``tools`` subset if it names one. A stdio server is one process per episode, taken

@@ -25,8 +25,9 @@ from envace_gym.envs.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_step
 from envace_gym.envs.tau2.suite import Tau2World
 from envace_gym.episode import Task
 
-OFFICE_SEED = 2026
-USERS, TASKS = 8, 12
+OFFICE_SEED = 2026  #: The seed the office's users and tasks are generated from.
+USERS = 8  #: Users in the office.
+TASKS = 12  #: Tasks per user.
 SIZES = {"train": 3000, "validation": 200, "test": 200}
 BUDGET = 400  # of mock-gen's token estimate (mock_gen.token_cost); get_users lists 8 users here
 # an instruction's hash byte modulo 16 names its split: 0-1 test, 2 validation, the rest train
