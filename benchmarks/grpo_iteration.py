@@ -48,6 +48,8 @@ def envace_side(model: Path, out: Path, args) -> list[float]:
         save_every=10**9,
         kl_coef=0.0,
         lr=1e-5,
+        reward="world",  # the verdict TRL's side gets too
+        stop_after_flat_steps=0,  # a timing run: a flat group is no reason to stop
     )
     trainer = Trainer(config)
     times = []

@@ -45,7 +45,7 @@ nitpicky = True
 # constraints as autodoc prints them, this package's private bases and its type aliases (RewardFn,
 # Candidates: documented as data, printed unqualified in signatures)
 nitpick_ignore_regex = [
-    (r"py:.*", r"(inspect|anyio|mcp_types|tau2|vita|annotated_types|datetime|_asyncio|re2)\..*"),
+    (r"py:.*", r"(inspect|anyio|mcp_types|tau2|vita|verl|annotated_types|datetime|_asyncio|re2)\..*"),
     (r"py:.*", r"\w+=.*|Environment|Tau2Task|Config|ServerState|RewardFn|Candidates"),
     (r"py:.*", r"an object providing a view on D's values"),
     (r"py:.*", r"envace_gym(\.\w+)*\._\w+"),
@@ -82,10 +82,13 @@ if os.environ.get("ENVACE_DOCS_OFFLINE"):
 else:
     intersphinx_mapping = {name: (url, None) for name, url in EXTERNAL.items()}
 
+# verl lives in its own venv (.venv-verl); its module is read against a stand-in here
+autodoc_mock_imports = ["verl"]
+
 # VitaBench's modules import its checkout (VITABENCH_ROOT) when imported; without one, autodoc reads
 # them against a stand-in of its package.
 if not os.environ.get("VITABENCH_ROOT"):
     import envace_gym.envs.vitabench.source as vitabench_source
 
-    autodoc_mock_imports = ["vita"]
+    autodoc_mock_imports += ["vita"]
     vitabench_source.load = lambda: None

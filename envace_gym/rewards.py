@@ -59,8 +59,11 @@ def strict_progress_reward(episode: Episode) -> tuple[float, dict]:
     matched over gold calls plus the agent's executed calls that matched none (``hits / (gold +
     extra)``), since a wrong or extra write fails tau2's database check. Equal to ``progress`` on an
     episode without extra calls, so 1 on a gold episode."""
-    _, parts = progress_reward(episode)
-    checks = parts.get("action_checks") or []
+    progress, parts = progress_reward(episode)
+    if parts.get("action_checks") is None:  # a grader without per-call checks (BFCL single-turn): progress
+        strict = {"strict_share": parts["actions_share"], "extra_calls": 0, "strict_progress": progress}
+        return progress, {**parts, **strict}
+    checks = parts["action_checks"]
     hits = sum(c["met"] for c in checks)
     extra = max(0, sum(c.ran and c.requestor == "assistant" for c in episode.calls) - hits)
     share = hits / (len(checks) + extra) if checks or extra else 1.0

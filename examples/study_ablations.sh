@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # One-at-a-time GRPO ablations on the study's seed 0 (real dynamics, strict_progress reward,
 # 100 steps from the warm start of an earlier study in $WARM): two streams of one thread each.
-# Each run writes runs/ablate/<name>/seed0/results.json after every evaluation.
+# Each run writes runs/ablate/<name>/seed0/results.json after every evaluation. $STUDY_ARGS (default
+# none) adds rehearsal_study.py options to every run, before its own: tests/test_examples.py
+# runs it tiny so.
 set -u
 WARM=${WARM:-runs/study}
 OUT=${OUT:-runs/ablate}
 run() {  # name, then the settings that differ from the study's
   local name=$1; shift
-  STUDY_THREADS=1 python examples/rehearsal_study.py --warm-from "$WARM" --seeds 0 --conditions real \
-    --reward strict_progress --steps 100 --eval-every 50 --fidelity-every 100 --out "$OUT/$name" "$@" \
-    > "$OUT/$name.log" 2>&1
+  STUDY_THREADS=1 python "$(dirname "$0")/rehearsal_study.py" --warm-from "$WARM" --seeds 0 \
+    --conditions real --reward strict_progress --steps 100 --eval-every 50 --fidelity-every 100 \
+    --out "$OUT/$name" ${STUDY_ARGS:-} "$@" > "$OUT/$name.log" 2>&1
 }
 mkdir -p "$OUT"
 { run lr1e-3 --lr 1e-3; run temp0.7 --temperature 0.7; run clip0.1 --clip-eps 0.1; } &

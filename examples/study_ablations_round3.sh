@@ -2,15 +2,17 @@
 # Third round of one-at-a-time GRPO ablations (seed 0, real dynamics, strict_progress, from the warm
 # start in $WARM), three streams of one thread each. First the baseline, advantages divided by the
 # group's standard deviation (DeepSeekMath's GRPO) and rejected calls charged in the reward (150
-# steps); then the step size: lr 1e-4, a 25-step lr warmup, and both (100 steps).
+# steps); then the step size: lr 1e-4, a 25-step lr warmup, and both (100 steps). $STUDY_ARGS (default
+# none) adds rehearsal_study.py options to every run, before its own: tests/test_examples.py
+# runs it tiny so.
 set -u
 WARM=${WARM:-runs/warm3}
 OUT=${OUT:-runs/ablate3}
 run() {  # name, steps, then the settings that differ from the study's
   local name=$1 steps=$2; shift 2
-  STUDY_THREADS=1 python examples/rehearsal_study.py --warm-from "$WARM" --seeds 0 --conditions real \
-    --reward strict_progress --steps "$steps" --eval-every 50 --fidelity-every 150 --out "$OUT/$name" "$@" \
-    > "$OUT/$name.log" 2>&1
+  STUDY_THREADS=1 python "$(dirname "$0")/rehearsal_study.py" --warm-from "$WARM" --seeds 0 \
+    --conditions real --reward strict_progress --steps "$steps" --eval-every 50 --fidelity-every 150 \
+    --out "$OUT/$name" ${STUDY_ARGS:-} "$@" > "$OUT/$name.log" 2>&1
 }
 mkdir -p "$OUT"
 if [ "${PART:-1}" = 1 ]; then

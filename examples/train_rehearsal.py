@@ -70,7 +70,7 @@ def evaluate(agent, task_ids, sequences) -> dict:
 def run_seed(seed: int, args) -> dict:
     out = args.out / f"seed{seed}"
     torch.manual_seed(seed)
-    init = tiny_model(out / "init", seed=seed)
+    init = tiny_model(out / "init", hidden_size=args.hidden, layers=args.layers, seed=seed)
     agent = agents.load(f"hf:{init}", max_new_tokens=args.new_tokens, seed=seed)
     held_out = gym.make(ENV_ID, split="test").unwrapped.task_ids[: args.eval_tasks]
     held_out_gold = [episode_tokens(agent.tokenizer, r) for r in gold_episodes(ENV_ID, "test", args.eval_tasks)]
@@ -100,7 +100,7 @@ def run_seed(seed: int, args) -> dict:
         env_id=ENV_ID,
         out=str(out / "grpo"),
         reward="actions_share",
-        group_size=4,
+        group_size=args.group_size,
         tasks_per_step=1,
         steps=args.grpo_steps,
         lr=2e-4,
@@ -122,9 +122,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/train_rehearsal"))
+    parser.add_argument("--hidden", type=int, default=128, help="tiny model width")
+    parser.add_argument("--layers", type=int, default=2, help="tiny model depth")
     parser.add_argument("--warm-tasks", type=int, default=12)
     parser.add_argument("--warm-epochs", type=int, default=12)
     parser.add_argument("--grpo-steps", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=4, help="GRPO episodes per task")
     parser.add_argument("--eval-tasks", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=128)
     args = parser.parse_args()

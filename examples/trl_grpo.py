@@ -1,8 +1,10 @@
 """The README's TRL snippet: one GRPOTrainer step through each route, SmolLM2 on tau2-mock-gen, on a CPU.
 
 python examples/trl_grpo.py
+python examples/trl_grpo.py --model PATH --out runs/trl   # another model (a local folder), e.g. `envace-gym tiny-model`
 """
 
+import argparse
 import time
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -18,11 +20,15 @@ from envace_gym.integrations.trl import (
     prepare_tokenizer,
 )
 
-env_id, path = "EnvACE/tau2-mock-gen-v0", smollm2_path()
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--model", help="a local model folder (default: SmolLM2-135M-Instruct)")
+parser.add_argument("--out", default="runs/trl")
+cli = parser.parse_args()
+env_id, path = "EnvACE/tau2-mock-gen-v0", cli.model or smollm2_path()
 tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))  # tool-call parsing for envace-gym's template
 dataset = make_dataset(env_id, limit=64, split="train")
 args = GRPOConfig(
-    output_dir="runs/trl",
+    output_dir=cli.out,
     per_device_train_batch_size=2,
     num_generations=2,
     max_completion_length=64,

@@ -291,3 +291,18 @@ def test_episodes_own_their_instances():
     fork = a.fork()
     fork.execute("mkdir", {"dir_name": "other"})
     assert state_differences(fork, a)
+
+
+def test_strict_progress_on_a_single_turn_task_is_its_verdict_not_always_one():
+    env = gym.make("EnvACE/bfcl-simple-python-v0", reward="strict_progress")
+    task_id = env.unwrapped.task_ids[0]
+    rewards = []
+    for name in ("oracle", "random"):
+        agent = agents.load(name, env=env)
+        obs, info = env.reset(seed=0, options={"task_id": task_id})
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(agent.act(obs))
+            done = terminated or truncated
+        rewards.append(reward)
+    assert rewards == [1.0, 0.0]

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from envace_gym.agents.prompting import Generation, TokenAgent
+from envace_gym.agents.prompting import Generation, TokenAgent, completion
 from envace_gym.cache import cache_dir as default_cache_dir
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 
@@ -113,19 +113,10 @@ class HFAgent(TokenAgent):
         width = enc["input_ids"].shape[1]
         chosen = result.sequences[:, width:]
         scores = self._logprobs(result.logits, chosen)
-        eos = self.eos_ids
-        gens = []
-        for i, (prompt_ids, stop) in enumerate(zip(prompts, stops)):
-            completion = result.sequences[i, width:].tolist()
-            n = next((k + 1 for k, t in enumerate(completion) if t in eos), len(completion))
-            if stop:  # the row ended at its stop string; what follows is padding
-                n = next((k for k in range(1, n + 1) if stop in self.tokenizer.decode(completion[:k])), n)
-            ids = completion[:n]
-            text = self.tokenizer.decode([t for t in ids if t not in eos], skip_special_tokens=False)
-            if stop and stop in text:
-                text = text[: text.index(stop)]
-            gens.append(Generation(text.strip(), list(prompt_ids), ids, scores[i, :n].tolist()))
-        return gens
+        return [
+            completion(self.tokenizer, self.eos_ids, prompt_ids, result.sequences[i, width:].tolist(), scores[i], stop)
+            for i, (prompt_ids, stop) in enumerate(zip(prompts, stops))
+        ]
 
     def _logprobs(self, logits, chosen):
         """``[B, S]`` log-probability of each chosen token under softmax(logits / temperature),

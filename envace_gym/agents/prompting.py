@@ -118,6 +118,21 @@ def render_prompt(tokenizer, obs: dict) -> tuple[str, str | None]:
     return prefix, closing.strip() or None
 
 
+def completion(
+    tokenizer, eos: set[int], prompt_ids: list[int], ids: list[int], logprobs, stop: str | None
+) -> Generation:
+    """A sampled row as a :class:`Generation`: cut after its first end-of-sequence token or, with a
+    ``stop`` string, after the token that completes it (what follows is padding); its text without
+    the end token and the stop string. ``logprobs`` (a list or a tensor) is cut alike."""
+    n = next((k + 1 for k, t in enumerate(ids) if t in eos), len(ids))
+    if stop:
+        n = next((k for k in range(1, n + 1) if stop in tokenizer.decode(ids[:k])), n)
+    text = tokenizer.decode([t for t in ids[:n] if t not in eos], skip_special_tokens=False)
+    if stop and stop in text:
+        text = text[: text.index(stop)]
+    return Generation(text.strip(), list(prompt_ids), list(ids[:n]), [float(p) for p in logprobs[:n]])
+
+
 class TokenAgent(Agent):
     """An agent that generates from token ids; ``tokenizer`` renders its prompts."""
 

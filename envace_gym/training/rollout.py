@@ -126,7 +126,8 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
             observations[i] = obs
             if terminated or truncated:
                 r = rollouts[i]
-                r.reward, r.info = reward, {k: info.get(k) for k in ("ended_by", "reward_source", "turn", "error")}
+                keys = ("ended_by", "reward_source", "reward_info", "turn", "error")
+                r.reward, r.info = reward, {k: info.get(k) for k in keys}
                 for other in extra:
                     if other.episode == r.episode:
                         other.reward, other.info = r.reward, r.info

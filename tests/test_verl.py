@@ -1,0 +1,57 @@
+"""The envace agent loop and the role-wise estimator in verl 0.9.1, in verl's own venv (.venv-verl,
+made by `make setup`): tests/verl_loop.py runs there against a server manager backed by the tiny
+model and by the oracle's replies, and reports each check as a JSON line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def checks(tiny) -> list[dict]:
+    if not VERL_PYTHON.exists():
+        pytest.skip(f"no verl venv at {VERL_PYTHON.parent.parent}: `make setup` makes it")
+    done = subprocess.run(
+        [str(VERL_PYTHON), str(ROOT / "tests" / "verl_loop.py"), str(tiny)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_the_loop_gives_the_tokens_masks_and_roles_of_collect_under_real_and_rehearsed_dynamics(checks):
+    agreement = [c for c in checks if c["check"] == "agreement"]
+    assert len(agreement) == 6
+    for c in agreement:
+        assert c["ids"] and c["roles"] and c["mask"] and c["logprobs"] and c["prompt_untrained"], c
+        assert c["reward"][0] == c["reward"][1] and c["reward_info"] and c["error"] is None, c
+    oracle = [c for c in agreement if c["case"].startswith("oracle")]
+    assert [c["reward"][0] for c in oracle] == [1.0] * 4
+    assert all((c["rehearse_tokens"] > 0) == c["case"].endswith("rehearsed") for c in oracle)
+
+
+@pytest.mark.slow
+def test_a_hostile_or_failing_server_manager_ends_the_episode_with_its_error(checks):
+    hostile = {c["case"]: c for c in checks if c["check"] == "hostile"}
+    assert set(hostile) == {"raises", "out of vocabulary", "no log-probs", "nan log-prob", "empty"}
+    for c in hostile.values():
+        assert c["error"] and c["reward"] == 0.0 and c["trained"] == 0, c
+    assert "the server went away" in hostile["raises"]["error"]
+
+
+@pytest.mark.slow
+def test_role_wise_advantages_in_verl_equal_the_trainers_and_the_hook_serves_them(checks):
+    advantages = [c for c in checks if c["check"] == "advantages"]
+    assert [(c["case"], c["same"], c["nonzero"]) for c in advantages] == [("episode", True, True), ("row", True, True)]
+    assert [c["same"] for c in checks if c["check"] == "hook"] == [True]
