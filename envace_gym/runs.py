@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 
@@ -128,25 +129,26 @@ class Run:
             raise ValueError("give an env id, or --url to play a served env")
         self.env_id = env_id = resolve_env(c.env_id)
         max_turns = c.max_turns
-        if max_turns is None:
-            trained = play_settings(c.agent.removeprefix("hf:")) if c.agent.startswith("hf:") else {}
-            max_turns = trained.get("max_turns", 50)
-        self.max_turns, self.on_turn = max_turns, None  # on_turn: run_batched's, for a caller to set
+        if max_turns is None and c.agent.startswith("hf:"):
+            max_turns = play_settings(c.agent.removeprefix("hf:")).get("max_turns")
+        self.on_turn = None  # run_batched's, for a caller to set
+        # the options given (an unset one keeps the env's own default, or its registration's)
+        given: dict[str, Any] = {"reward": c.reward, "max_turns": max_turns, "simulator": c.simulator}
+        if not is_default(c, "p_real"):
+            given["p_real"] = c.p_real
+        if not is_default(c, "user"):
+            given.update(user_option(c.user))
         self.make_kwargs = env_kwargs(
-            env_id,
-            c.split,
-            c.task_ids,
-            dynamics=c.dynamics,
-            reward=c.reward,
-            max_turns=max_turns,
-            simulator=c.simulator,
-            p_real=c.p_real,
-            **user_option(c.user),
+            env_id, c.split, c.task_ids, dynamics=c.dynamics, **{k: v for k, v in given.items() if v is not None}
         )
         if c.reward is None:
-            self.make_kwargs["reward"] = comparable_reward(gym.make(env_id, **self.make_kwargs).unwrapped)
+            probe = gym.make(env_id, **self.make_kwargs).unwrapped
+            reward = None if probe.reward else comparable_reward(probe)  # a registered reward is kept
+            if reward is not None:
+                self.make_kwargs["reward"] = reward
         self.envs = make_envs(env_id, c.batch if c.workers is None else 1, **self.make_kwargs)
         inner, dynamics = self.envs[0].unwrapped, get_dynamics(c.dynamics)
+        self.max_turns = inner.max_turns or 50  # for the run's time estimate
         self.reward_note = (
             None
             if dynamics.answers == "world" or inner.reward
@@ -193,9 +195,8 @@ class Run:
         (:class:`~envace_gym.integrations.openenv.client.RemoteEnv`), the agent, the tasks it serves."""
         from envace_gym.integrations.openenv.client import RemoteEnv
 
-        defaults = RunConfig(env_id=None)
         server_side = ("split", "reward", "simulator", "p_real", "user", "max_turns", "workers", "ray_address")
-        refused = [name for name in server_side if getattr(c, name) != getattr(defaults, name)]
+        refused = [name for name in server_side if not is_default(c, name)]
         if c.rehearsal_budget:
             refused.append("rehearsal_budget")  # private rehearsal forks the env, which only the server holds
         if refused:
@@ -265,6 +266,11 @@ class Run:
                     env.close()
 
 
+def is_default(config: RunConfig, name: str) -> bool:
+    """Whether ``config``'s field ``name`` holds its default (was not given)."""
+    return getattr(config, name) == RunConfig.__dataclass_fields__[name].default
+
+
 def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwargs) -> dict:
     """``gym.make`` arguments with the tasks asked for: ``task_ids`` each one id or several comma-separated,
     ``FIRST..LAST`` being every task from FIRST to LAST in the split's order."""
@@ -302,6 +308,8 @@ def user_option(spec: str) -> dict:
     if not spec.startswith("llm:"):
         return {"user": spec}
     model, base_url, options = parse_spec(spec, "llm:")
+    if "max_reply_bytes" in options:
+        raise ValueError(f"{spec!r}: a user takes timeout and max_retries (max_reply_bytes is a judge's option)")
     return {"user": "llm", "user_kwargs": {"model": model, "base_url": base_url, **options}}
 
 

@@ -219,3 +219,11 @@ def test_the_command_train_prints_plays_its_checkpoint_as_trained_and_shows_its_
     assert played.exit_code in (0, 1), played.output  # a tiny random model may fail its episodes; it must finish
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 2 and all(r["turns"] <= 2 for r in records)  # the turn limit it was trained with
+
+
+def test_a_user_spec_with_a_judges_option_is_refused_in_one_line():
+    from envace_gym.runs import user_option
+
+    assert user_option("llm:m@http://h:1/v1?timeout=5")["user_kwargs"]["timeout"] == 5
+    with pytest.raises(ValueError, match="a user takes timeout and max_retries"):
+        user_option("llm:m@http://h:1/v1?max_reply_bytes=9")

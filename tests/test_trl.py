@@ -198,3 +198,47 @@ def spans_of(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
         else:
             spans.append((m, [token]))
     return spans
+
+
+def test_role_wise_trainer_gives_act_and_rehearse_tokens_their_own_baselines_and_steps(tiny, tmp_path):
+    from envace_gym.integrations.trl import RoleWiseGRPOTrainer
+    from envace_gym.training.grpo import ROLE_IDS, token_advantages
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    model.generation_config.sequence_bias = forcing(tokenizer, CALL)
+    rollout = EpisodeRollout(ENV, max_new_tokens=24, split="train", dynamics="rehearsed", max_turns=2)
+    seen = []
+
+    def rollout_func(prompts, trainer):
+        out = rollout(prompts, trainer)
+        out["episode_reward"] = [1.0, 0.0]  # the two episodes of the group score apart
+        seen.append(out)
+        return out
+
+    class Watched(RoleWiseGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            seen.append(super()._generate_and_score_completions(inputs))
+            return seen[-1]
+
+    trainer = Watched(
+        model=model,
+        processing_class=tokenizer,
+        args=grpo_config(tmp_path),
+        train_dataset=make_dataset(ENV, limit=1, split="train"),
+        rollout_func=rollout_func,
+        reward_funcs=episode_reward,
+        baseline="row",
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1
+    out, scored = seen[0], seen[1]
+    width = scored["completion_ids"].shape[1]
+    roles = torch.tensor([(r + [0] * width)[:width] for r in out["envace_roles"]])
+    counts = {k: torch.tensor([g[k] for g in out["envace_generations"]]) for k in ("act", "rehearse")}
+    want = token_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), roles, counts, "row", True)
+    assert scored["advantages"].shape == (2, width)
+    assert torch.allclose(scored["advantages"], want * scored["completion_mask"])
+    for role in ("act", "rehearse"):  # each role's tokens carry its own advantage, context none
+        assert (scored["advantages"][roles == ROLE_IDS[role]] != 0).all()
+    assert (scored["advantages"][roles == ROLE_IDS["context"]] == 0).all()

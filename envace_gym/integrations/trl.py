@@ -40,7 +40,8 @@ from envace_gym.agents.hf import HFAgent
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.messages import assistant_message
-from envace_gym.training.grpo import ROLE_IDS
+from envace_gym.training.config import ROLES
+from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import collect
 
 # dynamics whose tool responses come out of ``step`` itself, so out of TRL's tool loop
@@ -337,6 +338,8 @@ class EpisodeRollout:
             "logprobs": [],
             "env_mask": [],
             "episode_reward": [],
+            "envace_roles": [],  # each completion token's role (ROLE_IDS), for RoleWiseGRPOTrainer
+            "envace_generations": [],
         }
         for r in rollouts:
             start = next(k for k, role in enumerate(r.roles) if role != ROLE_IDS["context"])
@@ -345,6 +348,8 @@ class EpisodeRollout:
             out["logprobs"].append(r.logprobs[start:])
             out["env_mask"].append([int(role in self.trained) for role in r.roles[start:]])
             out["episode_reward"].append(r.reward)
+            out["envace_roles"].append(r.roles[start:])
+            out["envace_generations"].append(dict(r.generations))
         return out
 
 
@@ -361,3 +366,47 @@ def _task_id(prompt: Any) -> str:
             "build the dataset with envace_gym.integrations.trl.make_dataset"
         )
     return str(task_id)
+
+
+def _role_wise_trainer() -> type:
+    """:class:`RoleWiseGRPOTrainer`, built on first use so that this module needs no TRL to import."""
+    import torch
+    from trl import GRPOTrainer
+
+    class RoleWiseGRPOTrainer(GRPOTrainer):
+        """TRL's ``GRPOTrainer`` with the project's role-wise advantages: with
+        :class:`EpisodeRollout`, an episode's act tokens and its rehearse tokens each get the
+        advantage against their own role's baseline in the group
+        (:func:`~envace_gym.training.grpo.token_advantages`, ``baseline`` ``episode`` or ``row``,
+        scaled unless ``scale_rewards="none"``), as ``(B, T)`` advantages, which TRL's loss takes.
+        Groups must not be split across processes: it runs in one process."""
+
+        def __init__(self, *args: Any, baseline: str = "episode", **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            if self.accelerator.num_processes > 1:
+                raise ValueError("RoleWiseGRPOTrainer computes a group's baselines in one process: run one")
+            self.role_baseline = baseline
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if any("envace_roles" not in row for row in inputs):
+                raise ValueError("RoleWiseGRPOTrainer needs rollout_func=EpisodeRollout(...): it gives the roles")
+            width = output["completion_ids"].shape[1]
+            roles = torch.tensor([(row["envace_roles"] + [0] * width)[:width] for row in inputs])
+            rewards = torch.tensor([float(row["episode_reward"]) for row in inputs])
+            size = self.num_generations if self.model.training else self.num_generations_eval
+            groups = torch.arange(len(inputs)) // size
+            counts = {role: torch.tensor([row["envace_generations"][role] for row in inputs]) for role in ROLES}
+            scale = self.scale_rewards != "none"
+            advantages = token_advantages(rewards, groups, roles, counts, self.role_baseline, scale)
+            output["advantages"] = (advantages * output["completion_mask"].cpu()).to(output["advantages"].device)
+            return output
+
+    return RoleWiseGRPOTrainer
+
+
+def __getattr__(name: str):
+    if name == "RoleWiseGRPOTrainer":  # built on first use, so the module alone needs no TRL
+        cls = globals()["RoleWiseGRPOTrainer"] = _role_wise_trainer()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
