@@ -52,7 +52,7 @@ run: setup
 
 # lint, format and type checks (settings in pyproject.toml), the docs build, then every test
 test: lint typecheck docs
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 # the developer loop: the checks, then the tests not marked slow (about 5 minutes on a quiet machine)
 test-fast: lint typecheck

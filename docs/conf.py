@@ -25,11 +25,10 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.intersphinx",
     "sphinx.ext.viewcode",
-    "sphinx_click",
     "generated",
 ]
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "studies/data/*.md"]
+exclude_patterns = ["_build", "_generated", "studies/data/*.md"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 

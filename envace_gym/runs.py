@@ -1,5 +1,5 @@
 """A run: an agent on every selected task of an env, in this process or on Ray workers, each
-episode's record written to a JSONL file as it ends; ``resume`` keeps the records already there.
+episode's record written to a JSONL file as it ends; ``resume`` keeps the records already there::
 
     run = Run(RunConfig("EnvACE/tau2-retail-v0", agent="oracle", limit=5))
     for record in run:  # the episodes still to play
@@ -37,8 +37,7 @@ class RunConfig:
     """The settings of a run; each field's default and help are also ``envace-gym run``'s option's."""
 
     env_id: str | None = setting(
-        help="A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the module registers ID); "
-        "None: the env that --url serves."
+        help="A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the module registers ID)."
     )
     agent: str = setting("oracle", f"Agent: {agents.NAMES} (an Agent subclass; PATH.py:CLASS too).")
     agent_kwargs: dict = setting(
@@ -92,7 +91,8 @@ class RunConfig:
     url: str | None = setting(
         None,
         "Play the env that `envace-gym serve` serves at this URL (http://HOST:PORT), --batch sessions at once, "
-        "instead of making it here; the env's settings are the server's, the records the same.",
+        "instead of making it here (ENV_ID may be left out); the env's settings are the server's, the records "
+        "the same.",
     )
     token: str | None = setting(None, "With --url: the server's token (serve --token; default: $ENVACE_SERVE_TOKEN).")
     resume: bool = setting(False, "Keep the records already in --out and play only the episodes they lack.")

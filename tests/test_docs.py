@@ -20,7 +20,7 @@ DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md"] + sorted(
     p for p in DOCS.rglob("*.md") if not p.relative_to(DOCS).parts[0].startswith("_") and "data" not in p.parts
 )
-SHOWN_ONLY = re.compile(r"Not run by the tests: \S")
+SHOWN_ONLY = re.compile(r"Not run by the tests( as shown)?: \S")
 SETUP = ("make ", "pip ", "git ", "sudo ", "apt-get ", "python3 -m venv", "cd ")
 VITABENCH = os.path.isfile(os.path.join(os.environ.get("VITABENCH_ROOT", ""), "src", "vita", "__init__.py"))
 

@@ -5,6 +5,7 @@ model and by the oracle's replies, and reports each check as a JSON line."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -55,3 +56,39 @@ def test_role_wise_advantages_in_verl_equal_the_trainers_and_the_hook_serves_the
     advantages = [c for c in checks if c["check"] == "advantages"]
     assert [(c["case"], c["same"], c["nonzero"]) for c in advantages] == [("episode", True, True), ("row", True, True)]
     assert [c["same"] for c in checks if c["check"] == "hook"] == [True]
+
+
+@pytest.mark.slow
+def test_the_gpu_recipes_compose_in_verls_own_config_and_their_datasets_load(tmp_path):
+    """The recipes need GPUs to run; here their datasets are written (2 tasks a split) and verl's hydra
+    composes their configuration (``--cfg job``: every override must name a key verl has)."""
+    if not VERL_PYTHON.exists():
+        pytest.skip(f"no verl venv at {VERL_PYTHON.parent.parent}: `make setup` makes it")
+    for script in ("qwen3_8b_envace.sh", "one_gpu_small.sh"):
+        first = (ROOT / "examples" / "verl" / script).read_text().splitlines()[1]
+        assert first.startswith("# NEEDS") and "not run by the tests" in first
+    env = {**os.environ, "PATH": f"{VERL_PYTHON.parent}{os.pathsep}{os.environ['PATH']}", "LIMIT": "2"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "examples" / "verl" / "one_gpu_small.sh"), "--cfg", "job"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**env, "DATA": str(tmp_path / "data")},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "adv_estimator: envace_rolewise" in done.stdout and "default_agent_loop: envace" in done.stdout
+    assert "worker_process_setup_hook: envace_gym.integrations.verl.install" in done.stdout
+    assert "model:\n" in done.stdout and "Qwen/Qwen3-0.6B" in done.stdout
+    rows = subprocess.run(
+        [
+            str(VERL_PYTHON),
+            "-c",
+            "import pandas as pd, sys; print(len(pd.read_parquet(sys.argv[1])))",
+            str(tmp_path / "data" / "train.parquet"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rows.stdout.strip() == "2", rows.stderr

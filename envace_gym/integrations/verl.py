@@ -54,11 +54,12 @@ def dataset_rows(env_id: str, split: str | None = None, **env_kwargs: Any) -> li
     """One verl dataset row per task of ``env_id``: the task's opening as ``prompt`` (verl tokenizes it
     for its length filters; the loop renders the env's own observation), ``agent_name`` ``envace`` and
     the :class:`EpisodeSpec` in ``extra_info``."""
-    env = gym.make(env_id, **({"split": split} if split else {}), **env_kwargs).unwrapped
+    kwargs = {**({"split": split} if split else {}), **env_kwargs}
+    env = gym.make(env_id, **kwargs).unwrapped
     rows = []
     for i, task_id in enumerate(env.task_ids):
         obs, _ = env.reset(seed=i, options={"task_id": task_id})
-        spec = EpisodeSpec(env_id=env_id, task_id=str(task_id), seed=i, env_kwargs={"split": split, **env_kwargs})
+        spec = EpisodeSpec(env_id=env_id, task_id=str(task_id), seed=i, env_kwargs=kwargs)
         rows.append(
             {
                 "data_source": env_id,
