@@ -5,6 +5,8 @@ lines (setting up, not using) are shown only."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import os
 import re
 import subprocess
@@ -84,6 +86,22 @@ def test_the_readme_is_short_begins_with_the_two_commands_and_no_page_points_out
     for page in PAGES:
         text = page.read_text()
         assert "../shared" not in text and "DESIGN.md" not in text, f"{page}: the contract is in docs/"
+
+
+def test_docstring_examples_run():
+    """Every ``>>>`` example of the package runs (``# doctest: +SKIP`` marks one that needs a server)."""
+    package = ROOT / "envace_gym"
+    names = [
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in sorted(package.rglob("*.py"))
+        if ">>>" in p.read_text()
+    ]
+    attempted = 0
+    for name in names:
+        result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, name
+        attempted += result.attempted
+    assert attempted >= 4
 
 
 @pytest.mark.slow
