@@ -2,8 +2,9 @@
 
 1. Gold tau2-retail episodes (oracle, real dynamics) with the default ``Limits`` (every call
    under the watchdog) against ``Limits(call_seconds=None)`` (no watchdog).
-2. One ``calculate`` call, stateless and so run in a forked child, against the same call
-   in-process (the suite's ``stateless_tools`` emptied), with torch imported as in training.
+2. One ``calculate`` call with a power (which tau2's suite runs in a forked child: its cost is not
+   bounded by its length) against the same call in-process (the suite's ``stateless_tools``
+   emptied), with torch imported as in training.
 
     python benchmarks/call_limits.py [--episodes 40] [--calls 200]
 """
@@ -41,7 +42,7 @@ def call_ms(isolated: bool, n: int) -> float:
     suite.stateless_tools = kept if isolated else frozenset()
     try:
         env.reset(options={"task_id": "5"})
-        action = format_tool_call("calculate", {"expression": "(1234 + 5678) * 3 / 7"})
+        action = format_tool_call("calculate", {"expression": "(1234 + 5678) ** 2 / 7"})
         times = []
         for _ in range(n):
             start = time.perf_counter()
