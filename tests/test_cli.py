@@ -532,7 +532,20 @@ def test_real_and_rehearsed_runs_score_the_same_calls_alike_and_a_suite_that_can
         means[dynamics] = (list(frame.reward), set(frame.reward_source))
     assert means["real"][0] == means["rehearsed"][0] and 0 < statistics.fmean(means["real"][0]) < 1
     assert means["real"][1] == {"world"} and means["rehearsed"][1] == {"replay"}
-    bank = str(Path(__file__).parents[1] / "examples" / "mcp_register.py") + ":Bank/bank-v0"
-    result = runner.invoke(app, ["run", bank, "--dynamics", "rehearsed", "--out", str(tmp_path / "bank.jsonl")])
+    # the MCP bank's world cannot be rebuilt here: without a reward of its own, the run says so
+    examples = Path(__file__).parents[1] / "examples"
+    (tmp_path / "plain_bank.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(examples)!r})\nfrom functools import partial\n"
+        "import gymnasium as gym\nfrom mcp_register import SERVER, TASKS\nfrom envace_gym.envs.mcp import make_env\n"
+        "gym.register('Bank/plain-v0', entry_point=partial(make_env, SERVER, TASKS), disable_env_checker=True)\n"
+    )
+    plain = str(tmp_path / "plain_bank.py") + ":Bank/plain-v0"
+    result = runner.invoke(app, ["run", plain, "--dynamics", "rehearsed", "--out", str(tmp_path / "plain.jsonl")])
     assert result.exit_code == 0, result.output
     assert "do not compare" in " ".join(result.output.split())
+    # registered with a reward (tool_f1, which scores the calls alike under any dynamics), it keeps it
+    bank = str(examples / "mcp_register.py") + ":Bank/bank-v0"
+    result = runner.invoke(app, ["run", bank, "--dynamics", "rehearsed", "--out", str(tmp_path / "bank.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "do not compare" not in " ".join(result.output.split())
+    assert set(pd.read_json(tmp_path / "bank.jsonl", lines=True).reward_source) == {"tool_f1"}
