@@ -210,13 +210,12 @@ class Run:
         served = self.envs[0].tasks()
         if c.env_id is not None and resolve_env(c.env_id) != served.env_id:
             raise ValueError(f"{c.url} serves {served.env_id}, not {c.env_id}")
-        get_dynamics(c.dynamics)  # an unknown name: refused before any episode
+        dynamics = get_dynamics(c.dynamics)  # an unknown name: refused before any episode
         self.env_id, self.max_turns, self.on_turn, self.make_kwargs = served.env_id, served.max_turns or 50, None, {}
-        answered_by_world = get_dynamics(c.dynamics).answers == "world"
         self.reward_note = (
             None
-            if answered_by_world or served.reward
-            else f"rewards here are the {get_dynamics(c.dynamics).default_reward!r} reward of the served env: not "
+            if dynamics.answers == "world" or served.reward
+            else f"rewards here are the {dynamics.default_reward!r} reward of the served env: not "
             "the same source as a real run's 'world' reward, so the two means do not compare (serve --reward replay "
             "makes them comparable where the suite can replay)"
         )

@@ -89,6 +89,9 @@ def run_seed(seed: int, args) -> dict:
             save_every=0,
             seed=seed,
             tensorboard=False,
+            # a retail gold episode's context before its first trained token is about 5,000 of the tiny
+            # tokenizer's tokens: cut at the default 4,096, no act or rehearse token would be trained
+            max_tokens=16384,
         )
     ).train()
     warm = latest(out / "warm")

@@ -88,6 +88,9 @@ def test_train_rehearsal(tmp_path):
         assert {"act_reward", "gold_share", "valid_calls", "leaf_match", "loss_act", "loss_rehearse"} <= set(row[phase])
     assert (out / "results.png").stat().st_size > 0
     assert (out / "seed0" / "warm" / "step-1").is_dir() and (out / "seed0" / "grpo" / "step-1").is_dir()
+    # the warm start trained on act and rehearse tokens (a 5,000-token context cut at 4,096 trained none)
+    warm = [json.loads(line) for line in (out / "seed0" / "warm" / "metrics.jsonl").read_text().splitlines()]
+    assert all(step["loss/act"] is not None and step["loss/rehearse"] is not None for step in warm)
 
 
 @pytest.mark.slow

@@ -50,14 +50,14 @@ class EpisodeSpec(BaseModel):
     env_kwargs: dict[str, Any] = Field(default_factory=dict)  # gym.make's: dynamics, reward, user, max_turns, ...
 
 
-def dataset_rows(env_id: str, split: str | None = None, **env_kwargs: Any) -> list[dict]:
-    """One verl dataset row per task of ``env_id``: the task's opening as ``prompt`` (verl tokenizes it
-    for its length filters; the loop renders the env's own observation), ``agent_name`` ``envace`` and
-    the :class:`EpisodeSpec` in ``extra_info``."""
+def dataset_rows(env_id: str, split: str | None = None, limit: int | None = None, **env_kwargs: Any) -> list[dict]:
+    """One verl dataset row per task of ``env_id`` (the first ``limit``): the task's opening as
+    ``prompt`` (verl tokenizes it for its length filters; the loop renders the env's own observation),
+    ``agent_name`` ``envace`` and the :class:`EpisodeSpec` in ``extra_info``."""
     kwargs = {**({"split": split} if split else {}), **env_kwargs}
     env = gym.make(env_id, **kwargs).unwrapped
     rows = []
-    for i, task_id in enumerate(env.task_ids):
+    for i, task_id in enumerate(env.task_ids[:limit]):
         obs, _ = env.reset(seed=i, options={"task_id": task_id})
         spec = EpisodeSpec(env_id=env_id, task_id=str(task_id), seed=i, env_kwargs=kwargs)
         rows.append(

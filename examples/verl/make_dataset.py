@@ -21,7 +21,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    rows = dataset_rows(args.env_id, args.split, dynamics=args.dynamics, max_turns=args.max_turns)[: args.limit]
+    rows = dataset_rows(args.env_id, args.split, args.limit, dynamics=args.dynamics, max_turns=args.max_turns)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(args.out)
     print(f"{len(rows)} episodes of {args.env_id} ({args.dynamics}) in {args.out}")
