@@ -4,6 +4,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 import envace_gym
@@ -508,6 +509,7 @@ def test_tasks_summarises_every_bfcl_entry_by_its_question():
         assert rows and all(r["summary"].strip() for r in rows), env_id
 
 
+@pytest.mark.slow
 def test_real_and_rehearsed_runs_score_the_same_calls_alike_and_a_suite_that_cannot_says_so(tmp_path):
     means = {}
     for dynamics in ("real", "rehearsed"):

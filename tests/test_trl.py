@@ -121,6 +121,7 @@ def test_nested_parameters_carry_their_schema_and_unfit_envs_are_refused():
         EpisodeRollout(ENV, split="train", dynamics="rehearsed", rehearsal_format="prompted")
 
 
+@pytest.mark.slow
 def test_grpo_step_through_environment_factory(tiny, tmp_path):
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(tiny))
     bias = {**forcing(tokenizer, CALL), **forcing(tokenizer, REPLY, after=AFTER_TOOL, scale=10_000.0)}
@@ -144,6 +145,7 @@ def test_grpo_step_through_environment_factory(tiny, tmp_path):
         assert episode.ended_by == "agent_done"
 
 
+@pytest.mark.slow
 def test_grpo_step_through_rollout_func_trains_act_and_rehearse_tokens(tiny, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     model = AutoModelForCausalLM.from_pretrained(tiny)
@@ -200,6 +202,7 @@ def spans_of(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
     return spans
 
 
+@pytest.mark.slow
 def test_role_wise_trainer_gives_act_and_rehearse_tokens_their_own_baselines_and_steps(tiny, tmp_path):
     from envace_gym.integrations.trl import RoleWiseGRPOTrainer
     from envace_gym.training.grpo import ROLE_IDS, token_advantages
