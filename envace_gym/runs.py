@@ -142,8 +142,9 @@ class Run:
             env_id, c.split, c.task_ids, dynamics=c.dynamics, **{k: v for k, v in given.items() if v is not None}
         )
         if c.reward is None:
-            probe = gym.make(env_id, **self.make_kwargs).unwrapped
-            reward = None if probe.reward else comparable_reward(probe)  # a registered reward is kept
+            with closing(gym.make(env_id, **self.make_kwargs)) as made:  # an MCP env's server stops with it
+                probe = made.unwrapped
+                reward = None if probe.reward else comparable_reward(probe)  # a registered reward is kept
             if reward is not None:
                 self.make_kwargs["reward"] = reward
         self.envs = make_envs(env_id, c.batch if c.workers is None else 1, **self.make_kwargs)

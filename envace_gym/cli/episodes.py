@@ -68,6 +68,8 @@ def run(options: dict, env_id: str | None, env: str | None) -> None:
                     soft_wrap=True,
                 )
                 raise typer.Exit(130) from None
+    for env in job.envs:  # an MCP env's servers stop with it, not when the process ends
+        env.close()
     if not records:
         fail("no episode to run")
     print_run(job, records)
