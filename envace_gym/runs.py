@@ -225,7 +225,7 @@ class Run:
             raise ValueError(f"{self.agent.name} is a world model and cannot act: play with another agent")
         ids = served.task_ids
         if c.task_ids:
-            ids = expand_ranges([t.strip() for v in c.task_ids for t in v.split(",") if t.strip()], served.task_ids)
+            ids = expand_ranges(given_ids(c.task_ids), served.task_ids)
             missing = [t for t in ids if t not in served.task_ids]
             if missing:
                 raise ValueError(f"{c.url} serves no task {missing[0]!r}")
@@ -277,11 +277,16 @@ def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwa
     if split is not None:
         kwargs["split"] = split
     if task_ids:
-        ids = [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
+        ids = given_ids(task_ids)
         if any(".." in t for t in ids):
             ids = expand_ranges(ids, gym.make(env_id, split=split).unwrapped.task_ids)
         kwargs["task_ids"] = ids
     return kwargs
+
+
+def given_ids(task_ids: list[str]) -> list[str]:
+    """``--task-ids`` values as ids: each value one id or several comma-separated."""
+    return [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
 
 
 def expand_ranges(ids: list[str], order: list[str]) -> list[str]:
