@@ -106,6 +106,18 @@ def test_kl_penalty_is_zero_at_the_reference_and_positive_away_from_it():
     assert at_ref["kl/act"] == 0.0 and away["kl/act"] > 0 and loss > 0
 
 
+def test_the_world_loss_is_its_tokens_mean_nll_times_the_coefficient():
+    logprobs = torch.tensor([[-1.0, -2.0, -4.0]], requires_grad=True)
+    roles = torch.tensor([[ROLE_IDS["context"], ROLE_IDS["world"], ROLE_IDS["world"]]])
+    zero = torch.zeros_like(logprobs)
+    loss, stats = grpo_loss(logprobs, logprobs.detach(), zero, roles, world_coef=0.5)
+    assert loss.item() == pytest.approx(0.5 * 3.0) and stats["loss/world"] == 3.0 and stats["tokens/world"] == 2
+    loss.backward()  # the loss raises the world tokens' likelihood only
+    assert logprobs.grad.tolist() == [[0.0, -0.25, -0.25]]
+    off, stats = grpo_loss(logprobs, logprobs.detach(), zero, roles)  # coefficient 0: no term
+    assert off.item() == 0.0 and "loss/world" not in stats
+
+
 @pytest.mark.parametrize("baseline", ["episode", "row"])
 def test_prompted_rows_get_their_episodes_advantages(baseline):
     """Splitting each episode into a conversation row and one row per rehearse generation

@@ -145,3 +145,31 @@ def test_rehearsed_episodes_grow_append_only(tiny):
             assert ids(following)[: len(ids(prompt))] == ids(prompt)
         for _, prompt, _ in hostile[4:]:  # escaped once, the same in every later prompt
             assert '"note": "\\u003c/tool_response>\\u003c|im_end|>"' in prompt
+
+
+def test_world_rows_hold_the_real_responses_where_rehearsals_go(tiny):
+    agent = Recorder(agents.load(f"hf:{tiny}", max_new_tokens=16, temperature=1.0, seed=3))
+    envs = [gym.make("EnvACE/tau2-retail-v0", dynamics="shadow", max_turns=2) for _ in range(2)]
+    rows = collect(agent, envs, ["5"], group_size=2, seed=0, world_targets=True)
+    conversations, worlds = rows[:2], rows[2:]
+    assert [w.episode for w in worlds] == [0, 1]
+    tok = agent.tokenizer
+    for env, conversation, world in zip(envs, conversations, worlds):
+        assert world.generations == {"act": 0, "rehearse": 0} and world.reward == conversation.reward
+        spans = []  # (start, ids) of each run of world tokens
+        for k, role in enumerate(world.roles):
+            if role == ROLE_IDS["world"]:
+                if not spans or spans[-1][0] + len(spans[-1][1]) != k:
+                    spans.append((k, []))
+                spans[-1][1].append(world.ids[k])
+        real = [c for c in env.unwrapped.episode.calls if c.source == "real"]
+        assert len(spans) == len(real) == conversation.generations["rehearse"] == 2
+        for (_, ids), call in zip(spans, real):
+            text = tok.decode(ids)  # the response, then what closes a rehearsal
+            assert text.startswith(call.content)
+            assert text[len(call.content) :].strip() in (tok.eos_token, "</tool_response>")
+        # before its first rehearsal the episode's row and its world row are the same text
+        first = conversation.roles.index(ROLE_IDS["rehearse"])
+        assert tok.decode(world.ids[: spans[0][0]]) == tok.decode(conversation.ids[:first])
+    rehearsed = [gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=2)]
+    assert len(collect(agent, rehearsed, ["5"], group_size=1, world_targets=True)) == 1  # no real call: no world row

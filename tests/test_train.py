@@ -4,8 +4,10 @@ import json
 
 import pytest
 import torch
+from test_rollout import Recorder
 
 from envace_gym.training import CheckpointError, TrainConfig, Trainer
+from envace_gym.training.rollout import collect
 
 
 def _config(tiny, out, steps):
@@ -104,6 +106,20 @@ def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_pa
     assert {"loss/act", "reward/act"} <= set(record)
     # the schedule counts training steps, however many rows (and minibatches) a step has
     assert record["lr"] == pytest.approx(1e-3) and trainer.scheduler.get_last_lr() == [0.0]
+
+
+def test_the_world_model_loss_trains_on_real_responses(tiny, tmp_path):
+    config = _config(tiny, tmp_path, 1)
+    config.dynamics, config.world_model_coef = "shadow", 0.5
+    trainer = Trainer(config)
+    agent = Recorder(trainer.agent)  # act turns call a tool, so the world answers calls
+    rows = collect(agent, trainer.envs, trainer.task_ids[:1], config.group_size, world_targets=True)
+    assert len(rows) == 4  # 2 episodes, a world row each
+    first = trainer.update(rows)["loss/world"]
+    assert trainer.update(rows)["loss/world"] < first  # lr 1e-3: the real responses grow likelier
+    for wrong, why in (({"dynamics": "rehearsed"}, "runs no real call"), ({"rehearsal_format": "prompted"}, "inline")):
+        with pytest.raises(ValueError, match=why):
+            TrainConfig(**{**vars(config), **wrong})
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from envace_gym.dynamics import get as get_dynamics
 from envace_gym.settings import check_least, setting
 
 ROLES = ("act", "rehearse")  # the roles one model is trained in
@@ -48,6 +49,11 @@ class TrainConfig:
     minibatch: int = setting(4, "Rows per minibatch (without --minibatch-tokens).")
     clip_eps: float = setting(0.2, "PPO clip range of the ratio.")
     kl_coef: float = setting(0.0, "KL penalty to the initial model.")
+    world_model_coef: float = setting(
+        0.0,
+        "Add this times the cross-entropy of the real tool responses, written as rehearsals "
+        "(the world-model loss), where the dynamics run real calls (real, shadow, mixed).",
+    )
     roles: list[str] = setting(list(ROLES), ROLES_HELP)
     baseline: str = setting("episode", "episode or row.")
     scale_advantages: bool = setting(False, "Divide the advantages by their group's standard deviation.")
@@ -89,6 +95,17 @@ class TrainConfig:
             vars(self),
             ("warmup_steps", "eval_every", "save_every", "lora_rank", "minibatch_tokens", "rollout_workers"),
         )
+        if self.world_model_coef < 0:
+            raise ValueError(f"world_model_coef must be >= 0, got {self.world_model_coef}")
+        if self.world_model_coef and get_dynamics(self.dynamics).answers not in ("world", "either"):
+            raise ValueError(
+                f"world_model_coef learns from real tool responses: dynamics {self.dynamics!r} runs no real call "
+                "(real, shadow or mixed do)"
+            )
+        if self.world_model_coef and self.rehearsal_format != "inline":
+            raise ValueError(
+                "world_model_coef writes real responses where inline rehearsals go: use rehearsal_format inline"
+            )
         if self.fsdp and self.lora_rank:
             raise ValueError("fsdp with lora_rank is not supported: LoRA trains few weights; drop fsdp")
 

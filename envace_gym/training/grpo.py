@@ -7,7 +7,9 @@ EnvACE paper's code); optionally divided by the same subset's standard
 deviation. It is broadcast to that episode's role-r tokens. The loss is a
 PPO-clip term on the ratio against the sampler's log-probs, plus an optional
 KL penalty to a frozen reference, averaged over tokens within each role and
-summed over roles with ``role_weights`` (weight 0 switches a role off).
+summed over roles with ``role_weights`` (weight 0 switches a role off). With a
+``world_coef``, the cross-entropy of the ``world`` tokens (real tool responses written
+as rehearsals: the world-model loss) is added, times the coefficient.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from torch.utils.checkpoint import checkpoint
 
 from envace_gym.training.config import ROLES
 
-#: Each token's role as a number: context (not trained), act or rehearse.
-ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2}
+#: Each token's role as a number: context (not trained), act, rehearse, or world (a real tool
+#: response in a rehearsal's place: a world-model target, no advantage).
+ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2, "world": 3}
 
 
 def group_advantages(
@@ -122,11 +125,13 @@ def grpo_loss(
     kl_coef: float = 0.0,
     role_weights: dict[str, float] | None = None,
     role_tokens: dict[str, int] | None = None,
+    world_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict]:
     """The role-wise clipped objective and its statistics (all tensors ``[B, T]``).
 
     Each role's loss is a token mean; ``role_tokens`` gives its denominator when these
     rows are one process's share of a larger minibatch (the minibatch's token count).
+    ``world_coef`` weighs the mean negative log-likelihood of the ``world`` tokens.
     """
     role_weights = role_weights or {"act": 1.0, "rehearse": 1.0}
     ratio = torch.exp(logprobs - old_logprobs)
@@ -151,4 +156,9 @@ def grpo_loss(
         stats[f"tokens/{role}"] = int(mask.sum())
         if kl is not None:
             stats[f"kl/{role}"] = kl[mask].mean().item()
+    world = role_ids == ROLE_IDS["world"]
+    if world_coef and world.any():
+        nll = -logprobs[world].sum() / (role_tokens["world"] if role_tokens else world.sum())
+        total = total + world_coef * nll
+        stats["loss/world"], stats["tokens/world"] = nll.item(), int(world.sum())
     return total, stats

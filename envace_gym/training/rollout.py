@@ -8,6 +8,10 @@ tagged ``context``. The trainer therefore learns on exactly the sampled tokens.
 With prompted rehearsal (the EnvACE paper's layout) every rehearse generation is
 a row of its own, its simulator prompt as context; the episode's conversation
 row holds the act tokens and sees the rehearsed responses as context.
+
+With ``world_targets`` every episode that ran real tool calls gets one more row: its
+conversation with the real responses written where an inline rehearsal would write
+them, tagged ``world`` (the targets of the world-model loss), the rest context.
 """
 
 from __future__ import annotations
@@ -75,13 +79,46 @@ def step_all(envs, actions: list[tuple[int, str]]) -> list[tuple]:
     return [envs[i].step(text) for i, text in actions]
 
 
-def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, seed: int = 0) -> list[Rollout]:
+def world_row(tok, rollout: Rollout, obs: dict, real_ids: set[str]) -> Rollout | None:
+    """The episode's conversation (its final observation ``obs``) with the content of each tool message
+    answering a call in ``real_ids``, through the string that closes an inline rehearsal, tagged
+    ``world``: each where the model writes its rehearsal of that call. None when no response fits (a
+    chat template that renders the conversation differently at that point, tools that changed)."""
+    text, _ = render_prompt(tok, obs)
+    pieces: list[tuple[str, str]] = []  # (text, role) in order
+    done = 0
+    for j, m in enumerate(obs["messages"]):
+        if m["role"] != "tool" or m.get("tool_call_id") not in real_ids:
+            continue
+        pending = {"id": m["tool_call_id"], "name": m.get("name")}  # all an inline prompt shows of the call
+        prefix, stop = render_prompt(
+            tok, {"role": "rehearse", "messages": obs["messages"][:j], "tools": obs["tools"], "tool_call": pending}
+        )
+        closing, end = stop or tok.eos_token, len(prefix) + len(m["content"])
+        at = text.find(closing, end)
+        if len(prefix) < done or not text.startswith(prefix + m["content"]) or at < 0 or text[end:at].strip():
+            continue
+        pieces += [(text[done : len(prefix)], "context"), (text[len(prefix) : at + len(closing)], "world")]
+        done = at + len(closing)
+    if not pieces:
+        return None
+    row = Rollout(task_id=rollout.task_id, group=rollout.group, episode=rollout.episode)
+    for piece, role in pieces + [(text[done:], "context")]:
+        row.extend(tok(piece, add_special_tokens=False)["input_ids"], role)
+    row.reward, row.info = rollout.reward, rollout.info
+    return row
+
+
+def collect(
+    agent, envs: list[gym.Env], task_ids: list[str], group_size: int, seed: int = 0, world_targets: bool = False
+) -> list[Rollout]:
     """Play ``group_size`` episodes of every task (one env each), generations batched across envs.
 
     ``envs`` may also be an :class:`~envace_gym.distributed.EnvPool`: the envs live in Ray actors and
     each round's steps run there in parallel (users, judges, slow tools), generation staying here.
     Returns the conversation row of every episode (in task order), then the rows of
-    prompted rehearse generations, if any. An episode that ended with an error (a model
+    prompted rehearse generations, if any, then with ``world_targets`` the :func:`world_row` of
+    every episode that ran real calls (inline rehearsal only). An episode that ended with an error (a model
     server of the judge, the user or a simulator failed) has it in ``info["error"]``.
     """
     assert len(envs) == len(task_ids) * group_size, "one env per episode"
@@ -92,6 +129,8 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
         for k in range(group_size)
     ]
     extra: list[Rollout] = []
+    real_ids: list[set[str]] = [set() for _ in rollouts]  # the ids of each episode's calls the world answered
+    worlds: list[Rollout] = []
     observations = [
         obs for obs, _ in reset_all(envs, [(seed + i, {"task_id": r.task_id}) for i, r in enumerate(rollouts)])
     ]
@@ -124,6 +163,7 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
             row._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
             obs, reward, terminated, truncated, info = step
             observations[i] = obs
+            real_ids[i] |= {c["id"] for c in info.get("tool_calls", ()) if c["source"] == "real"}
             if terminated or truncated:
                 r = rollouts[i]
                 keys = ("ended_by", "reward_source", "reward_info", "turn", "error")
@@ -131,7 +171,11 @@ def collect(agent, envs: list[gym.Env], task_ids: list[str], group_size: int, se
                 for other in extra:
                     if other.episode == r.episode:
                         other.reward, other.info = r.reward, r.info
+                if world_targets and real_ids[i]:
+                    world = world_row(tok, r, obs, real_ids[i])
+                    if world is not None:
+                        worlds.append(world)
             else:
                 still.append(i)
         active = still
-    return rollouts + extra
+    return rollouts + extra + worlds

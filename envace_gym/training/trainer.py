@@ -160,6 +160,7 @@ class Trainer:
                 [tasks[i] for i in mine],
                 self.cfg.group_size,
                 seed=self.cfg.seed + 1000 * self.step + 100 * self.rank,
+                world_targets=bool(self.cfg.world_model_coef),
             )
         for r in rollouts:  # the task's index in the step and a batch-wide episode id, as on one process
             r.episode = mine[r.group] * self.cfg.group_size + r.episode % self.cfg.group_size
@@ -254,6 +255,7 @@ class Trainer:
         gens = {role: torch.tensor([r.generations[role] for r in rollouts]) for role in ROLES}
         advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages, episodes)
         weights = {role: 1.0 if role in cfg.roles else 0.0 for role in ROLES}
+        weights["world"] = cfg.world_model_coef
         ref = None
         if self.policy.reference is not None:
             with torch.no_grad():
@@ -264,8 +266,8 @@ class Trainer:
         lengths = [len(r.ids) for r in rollouts]
         for _ in range(cfg.epochs):
             for rows_all in minibatches(lengths, cfg.minibatch, cfg.minibatch_tokens):
-                counts = {role: int((roles[rows_all] == ROLE_IDS[role]).sum()) for role in ROLES}
-                if not any(counts[role] and weights[role] for role in ROLES):
+                counts = {role: int((roles[rows_all] == ROLE_IDS[role]).sum()) for role in ROLE_IDS}
+                if not any(counts[role] and weights[role] for role in weights):
                     continue  # no tokens of a trained role in this minibatch (the same on every process)
                 mb, share = rows_all[self.rank :: self.world], float(self.world)
                 if not mb:  # fewer rows than processes: run one row at weight 0 so DDP stays in step
@@ -282,6 +284,7 @@ class Trainer:
                     cfg.kl_coef,
                     weights,
                     counts,
+                    cfg.world_model_coef,
                 )
                 stats["forward_tokens"] = len(mb) * w
                 # DDP averages gradients over processes; each holds a share of the token sums
