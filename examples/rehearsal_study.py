@@ -10,11 +10,13 @@ each seed:
    to move), or the fixed budget ``--warm-step``; **SFT to plateau** is the best-scoring
    budget, after ``--patience`` scores without a gain or at ``--sft-steps``.
 2. **GRPO** from the warm start, ``--steps`` steps of ``--tasks-per-step`` x ``--group-size``
-   episodes, under three conditions:
+   episodes, under these conditions:
 
        real        real dynamics, act role only (ordinary agentic RL: every call runs)
        envace      rehearsed dynamics, both roles (the policy writes the tool responses)
        act-only    rehearsed dynamics, act role only (the rehearse role frozen)
+       mixed       mixed dynamics (a coin per call: the world or the policy), both roles
+       mixed-wm    mixed, plus the world-model loss on the real responses (--world-model-coef)
 
    All are rewarded with ``progress`` (gold calls made and communicate items stated, from
    the transcript alone: computable where no real database exists).
@@ -67,10 +69,12 @@ from envace_gym.training.evaluation import fidelity, play
 from envace_gym.training.rollout import collect
 from envace_gym.training.sft import episode_tokens, role_nll
 
-CONDITIONS = {
-    "real": ("real", ["act"]),
-    "envace": ("rehearsed", ["act", "rehearse"]),
-    "act-only": ("rehearsed", ["act"]),
+CONDITIONS = {  # name: dynamics, roles trained, world-model loss
+    "real": ("real", ["act"], False),
+    "envace": ("rehearsed", ["act", "rehearse"], False),
+    "act-only": ("rehearsed", ["act"], False),
+    "mixed": ("mixed", ["act", "rehearse"], False),
+    "mixed-wm": ("mixed", ["act", "rehearse"], True),
 }
 PHASES = ("before", "warm", "plateau")
 METRICS = ("reward", "sampled_reward", "gold_share", "valid_calls", "parsed", "leaf_match", "exact")
@@ -181,7 +185,7 @@ class Study:
 
     def grpo(self, name: str, warm: Path) -> None:
         args = self.args
-        dynamics, roles = CONDITIONS[name]
+        dynamics, roles, world_model = CONDITIONS[name]
         trainer = Trainer(
             TrainConfig(
                 model=f"hf:{warm}",
@@ -203,6 +207,7 @@ class Study:
                 warmup_steps=args.warmup_steps,
                 clip_eps=args.clip_eps,
                 kl_coef=args.kl_coef,
+                world_model_coef=args.world_model_coef if world_model else 0.0,
                 temperature=args.temperature,
                 max_new_tokens=args.new_tokens,
                 max_turns=args.max_turns,
@@ -653,6 +658,7 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=0, help="GRPO steps of linear lr warmup")
     parser.add_argument("--clip-eps", type=float, default=0.2)
     parser.add_argument("--kl-coef", type=float, default=0.0)
+    parser.add_argument("--world-model-coef", type=float, default=1.0, help="the mixed-wm condition's coefficient")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--fidelity-every", type=int, default=150)
