@@ -75,3 +75,4 @@ bench: setup
 	$(PY) benchmarks/tau2_episode.py
 	$(PY) benchmarks/bfcl_calls.py
 	$(PY) benchmarks/grpo_iteration.py
+	.venv-verl/bin/python benchmarks/verl_loop.py

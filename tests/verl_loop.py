@@ -19,56 +19,14 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
 import envace_gym  # noqa: F401
-from envace_gym import agents
 from envace_gym.agents.hf import HFAgent
-from envace_gym.agents.prompting import TokenAgent, completion
 from envace_gym.integrations import verl as envace_verl
+from envace_gym.testing import ScriptedAgent, ServerManager, oracle_replies
 from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import collect
 
 MODEL = sys.argv[1]
 RESPONSE_LENGTH = 4096
-
-
-class ModelServer:
-    """verl's server-manager interface over a token agent: token ids in, token ids and log-probs out."""
-
-    def __init__(self, agent: TokenAgent):
-        self.agent = agent
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
-        (gen,) = self.agent.generate_ids([prompt_ids], [(sampling_params.get("stop") or [None])[0]])
-        return TokenOutput(token_ids=gen.completion_ids, log_probs=gen.logprobs)
-
-
-def oracle_texts(env_id: str, env_kwargs: dict, task_id: str, seed: int) -> list[str]:
-    """The oracle's replies, act and rehearse turns, on one episode played in process."""
-    env = gym.make(env_id, **env_kwargs)
-    oracle, texts = agents.load("oracle", env=env), []
-    obs, _ = env.reset(seed=seed, options={"task_id": task_id})
-    done = False
-    while not done:
-        texts.append(oracle.act(obs))
-        obs, _, terminated, truncated, _ = env.step(texts[-1])
-        done = terminated or truncated
-    return texts
-
-
-class Script(TokenAgent):
-    """Plays recorded replies as token ids (each closed by the turn's stop string or end of sequence):
-    the reference agent of ``collect``, and, through :class:`ModelServer`, the server manager's."""
-
-    def __init__(self, tokenizer, texts: list[str]):
-        self.tokenizer, self.texts = tokenizer, iter(texts)
-
-    def generate_ids(self, prompts, stops):
-        out = []
-        for prompt, stop in zip(prompts, stops):
-            text = next(self.texts)
-            ids = self.tokenizer(text + (stop or ""), add_special_tokens=False)["input_ids"]
-            ids += [] if stop else [self.tokenizer.eos_token_id]
-            out.append(completion(self.tokenizer, {self.tokenizer.eos_token_id}, prompt, ids, [-0.5] * len(ids), stop))
-        return out
 
 
 class Hostile:
@@ -122,12 +80,12 @@ async def main():
         if source == "model":
             agent, server = model, model
         else:
-            texts = oracle_texts(env_id, env_kwargs, task_id, seed)
-            agent, server = Script(tokenizer, texts), Script(tokenizer, texts)
+            texts = oracle_replies(env_id, env_kwargs, task_id, seed)
+            agent, server = ScriptedAgent(tokenizer, texts), ScriptedAgent(tokenizer, texts)
         (row,) = collect(agent, [env], [task_id], 1, seed)
         spec = {"env_id": env_id, "task_id": task_id, "seed": seed, "env_kwargs": env_kwargs}
         params = {"temperature": 0.0, "max_tokens": 24 if source == "model" else 4096}
-        out = await make_loop(ModelServer(server), tokenizer).run(params, extra_info=spec)
+        out = await make_loop(ServerManager(server), tokenizer).run(params, extra_info=spec)
         start = len(out.prompt_ids)
         emit(
             check="agreement",
