@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,8 @@ import gymnasium as gym
 
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
+from envace_gym.bounded import execute
+from envace_gym.messages import escape_tags
 from envace_gym.records import CompareRecord
 
 METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
@@ -17,7 +20,7 @@ METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
 
 def compare_calls(env: gym.Env, actor: Agent, rehearser: Agent, task_ids: list[str], seed: int = 0) -> Iterator[dict]:
     """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``): one record per call."""
-    agent = RoleSplit(actor, rehearser)
+    agent, inner = RoleSplit(actor, rehearser), env.unwrapped
     for i, task_id in enumerate(task_ids):
         obs, info = env.reset(seed=seed + i, options={"task_id": task_id, "dynamics": "shadow"})
         done = False
@@ -34,7 +37,22 @@ def compare_calls(env: gym.Env, actor: Agent, rehearser: Agent, task_ids: list[s
                     real=call["real"],
                     rehearsed=call["rehearsed"],
                     **call["fidelity"],
+                    state_dependent=depends_on_state(inner, call) if inner.suite.private_worlds else None,
                 ).model_dump()
+
+
+def depends_on_state(env, call: dict) -> bool:
+    """Whether ``call``'s real answer in ``env``'s episode differs from its answer on the task's fresh
+    world (as JSON values): an answer that earlier calls of the episode shaped."""
+    fresh = execute(env.suite, env.suite.new_world(env.episode.task), call["name"], call["arguments"], env.limits)
+    return _value(escape_tags(fresh.content)) != _value(call["real"])
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def summarize(records: list[dict]) -> dict[str, dict]:

@@ -140,6 +140,11 @@ class CompareRecord(BaseModel):
     leaf_match: float = Field(description="Share of the real answer's leaves the rehearsal has with the same value.")
     error_agree: bool = Field(description="Whether both answers are errors, or neither is.")
     exact: bool = Field(description="Whether the two answers are the same JSON value.")
+    state_dependent: bool | None = Field(
+        default=None,
+        description="Whether the real answer depends on the episode's earlier calls: the same call on the "
+        "task's fresh world answers otherwise. None where the suite's world cannot be rebuilt here (a server's).",
+    )
 
 
 def write_record(file: IO[str], record: dict) -> None:

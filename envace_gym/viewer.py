@@ -94,9 +94,16 @@ def _training_svg(rows: list[dict], title: str) -> str:
 
 
 def collect(paths: list[str | Path]) -> dict:
-    """The page's data from ``run`` and ``compare`` JSONL files and ``train``/``sft`` output folders."""
+    """The page's data from ``run`` and ``compare`` JSONL files, ``train``/``sft`` output folders and
+    ``eval`` output folders (their runs' records and world-model calls)."""
     data: dict = {"episodes": [], "calls": [], "training": []}
     for path in map(Path, paths):
+        if path.is_dir() and (path / "results.json").is_file():  # an eval's folder
+            paths_in = sorted((path / "records").glob("*.jsonl")) + sorted((path / "world").glob("*.jsonl"))
+            inner = collect(paths_in)
+            data["episodes"] += inner["episodes"]
+            data["calls"] += inner["calls"]
+            continue
         if path.is_dir():
             metrics = path / "metrics.jsonl"
             if not metrics.is_file():

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from envace_gym.cli import envs, episodes, training
+from envace_gym.cli import envs, episodes, evaluation, training
 from envace_gym.cli.options import config_command
+from envace_gym.evaluation import EvalConfig
 from envace_gym.runs import RunConfig
 from envace_gym.training.config import SFTConfig, TrainConfig
 
@@ -24,6 +25,7 @@ def build_app() -> typer.Typer:
     app.command("tiny-model")(training.tiny_model_command)
     app.command("run")(config_command(episodes.run, RunConfig, episodes.RUN_FIELDS, first=episodes.RUN_PARAMS))
     app.command("compare")(episodes.compare)
+    app.command("eval")(config_command(evaluation.evaluate, EvalConfig, {}))
     app.command("view")(episodes.view)
     app.command("train")(config_command(training.train, TrainConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))
     app.command("sft")(config_command(training.sft, SFTConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))

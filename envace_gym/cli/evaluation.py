@@ -1,0 +1,50 @@
+"""``eval``: the paper's evaluation in one command (:class:`envace_gym.evaluation.Evaluation`)."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+
+from envace_gym.cli.output import console, progress, user_errors
+from envace_gym.evaluation import EvalConfig, Evaluation, markdown, plot
+
+
+def evaluate(options: dict) -> None:
+    """Score an agent on the paper's benchmarks (BFCL v4, tau2, VitaBench) or chosen envs, each as its
+    leaderboard aggregates; write results.json, results.md, results.png and the runs' records."""
+    from envace_gym.cli.options import config_from
+
+    with user_errors():
+        config = config_from(EvalConfig, options, {})
+        evaluation = Evaluation(config)
+    failures = 0
+    with user_errors():
+        for benchmark, run in evaluation.runs():
+            label = f"{benchmark.name} {run.env_id}" + (
+                f" rehearse={run.config.rehearsal_budget}" * bool(run.config.rehearsal_budget)
+            )
+            try:
+                with progress(len(run.todo), label, "episodes") as advance:
+                    for record in run:
+                        failures += bool(record.get("error"))
+                        advance(f"[red]{failures} failed[/red]" if failures else "")
+            except KeyboardInterrupt:
+                console.print(f"interrupted: the same command with --resume plays the rest ({config.out})")
+                raise typer.Exit(130) from None
+            finally:
+                for env in run.envs:
+                    env.close()
+        world = None
+        if config.world_model:
+            with progress(0, "world model: shadow episodes", "calls") as advance:
+                world = evaluation.world_rows(on_call=advance)
+        results = evaluation.results(world)
+    out = evaluation.out
+    (out / "results.json").write_text(results.model_dump_json(indent=1))
+    table = markdown(results)
+    (out / "results.md").write_text(table)
+    plot(results, out / "results.png")
+    console.print(escape(table), soft_wrap=True)
+    console.print(f"results in {out / 'results.json'}, {out / 'results.md'}, {out / 'results.png'}")
+    if failures:
+        raise typer.Exit(1)

@@ -1,0 +1,219 @@
+"""``envace-gym eval``: an agent on the paper's benchmarks (or chosen envs), each a :class:`~envace_gym.runs.Run`
+with its records in ``OUT/records``, scored as its leaderboard scores it; optionally again under private
+rehearsal, and as a world model on shadow episodes beside the oracle (the bound) and knn (the baseline)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+
+from envace_gym import agents
+from envace_gym.compare import compare_calls
+from envace_gym.evaluation.benchmarks import PAPER, Benchmark, domain_name, own_benchmark
+from envace_gym.evaluation.results import WORLD_METRICS, BenchmarkResult, EvalResults, WorldModelRow, overall, reported
+from envace_gym.records import RunRecord, write_record
+from envace_gym.runs import Run, RunConfig, given_ids
+from envace_gym.settings import check_least, setting
+
+
+@dataclass
+class EvalConfig:
+    """The settings of an evaluation; each field's default and help are also ``envace-gym eval``'s option's."""
+
+    agent: str = setting("oracle", f"The agent: {agents.NAMES}.")
+    agent_kwargs: dict = setting({}, "KEY=VALUE for the agent (repeat; values are JSON where they parse).")
+    suites: list[str] = setting(
+        ["paper"],
+        "paper (BFCL v4's wrapped categories, tau2 retail, airline and telecom, VitaBench delivery and "
+        "in-store), or env ids, comma-separated or repeated (a FinMCP-format or MCP suite: PATH.py:ID).",
+    )
+    trials: int = setting(1, "Episodes per task (tau2's pass^k for k up to this).")
+    user: str | None = setting(None, "MODEL@BASE_URL: tau2's LLM user (default: the scripted user, so labelled).")
+    judge: str | None = setting(None, "MODEL@BASE_URL: VitaBench's rubric judge (without one VitaBench is not run).")
+    limit: int | None = setting(None, "Only the first N tasks of each env.")
+    max_turns: int | None = setting(None, "Agent turns per episode (default: each env's).")
+    rehearse: int = setting(0, "Also run every env under private rehearsal of N attempts per turn (0: no).")
+    world_model: bool = setting(
+        False, "Also score the agent as a world model (shadow episodes), beside the oracle and knn."
+    )
+    workers: int | None = setting(None, "Ray workers per run (default: this process).")
+    resume: bool = setting(False, "Keep the records already in OUT/records and play only what they lack.")
+    out: str = setting("runs/eval", "Output folder: results.json, results.md, results.png, records/.")
+
+    def __post_init__(self):
+        check_least(1, vars(self), ("trials", "limit", "workers"), as_options=True)
+        check_least(0, vars(self), ("rehearse",), as_options=True)
+
+
+def benchmarks(suites: list[str]) -> list[Benchmark]:
+    """The benchmarks ``suites`` names: ``paper``'s three, then one per other env id, in the order given."""
+    out: list[Benchmark] = []
+    for name in given_ids(suites):
+        chosen = list(PAPER) if name == "paper" else [own_benchmark(name)]
+        out += [b for b in chosen if b.name not in {o.name for o in out}]
+    return out
+
+
+class Evaluation:
+    """An evaluation set up: its benchmarks and output folder. :meth:`runs` yields the runs to play,
+    :meth:`results` scores what they wrote."""
+
+    def __init__(self, config: EvalConfig):
+        self.config = config
+        self.benchmarks = benchmarks(config.suites)
+        self.out = Path(config.out)
+        (self.out / "records").mkdir(parents=True, exist_ok=True)
+        self.skipped: dict[str, dict[str, str]] = {b.name: {} for b in self.benchmarks}
+        self.played: dict[tuple[str, int], dict[str, Path]] = {}  # (benchmark, rehearse) -> records by env id
+        self.left_out: dict[str, str] = {}  # envs without a world-model row, and why
+
+    def run_config(self, benchmark: Benchmark, env_id: str, rehearse: int = 0) -> RunConfig:
+        c = self.config
+        kind = f"rehearse{rehearse}" if rehearse else "real"
+        return RunConfig(
+            env_id=env_id,
+            agent=c.agent,
+            agent_kwargs=dict(c.agent_kwargs),
+            split=benchmark.split,
+            reward=f"vitabench:{c.judge}" if benchmark.needs_judge and c.judge else None,
+            user=f"llm:{c.user}" if c.user and env_id.startswith("EnvACE/tau2-") else "scripted",
+            max_turns=c.max_turns,
+            repeats=c.trials,
+            limit=c.limit,
+            rehearsal_budget=rehearse,
+            workers=c.workers,
+            resume=c.resume,
+            out=str(self.out / "records" / f"{domain_name(env_id)}-{kind}.jsonl"),
+        )
+
+    def runs(self) -> Iterator[tuple[Benchmark, Run | None]]:
+        """Each env's run, set up (and checked) in turn, plain then under private rehearsal: ``(benchmark,
+        run)``; an env that cannot run here is recorded in ``skipped`` with the reason and yields no run."""
+        for rehearse in (0, self.config.rehearse) if self.config.rehearse else (0,):
+            for b in self.benchmarks:
+                files = self.played.setdefault((b.name, rehearse), {})
+                for env_id in b.env_ids:
+                    if b.needs_judge and not self.config.judge:
+                        self.skipped[b.name][env_id] = "needs a judge (--judge MODEL@BASE_URL), as run needs one"
+                        continue
+                    try:
+                        run = Run(self.run_config(b, env_id, rehearse))
+                    except (ValueError, ImportError, KeyError, gym.error.Error) as e:
+                        self.skipped[b.name][env_id] = " ".join(str(e).split())[:300]
+                        continue
+                    files[env_id] = run.out
+                    yield b, run
+
+    def world_rows(self, on_call: Callable[[], None] | None = None) -> list[WorldModelRow]:
+        """The world-model table: per benchmark with a world, the agent, the oracle and knn each rehearsing
+        the calls of the same shadow episodes (the oracle acts where the tasks have gold, else the agent)."""
+        c, rows = self.config, []
+        (self.out / "world").mkdir(exist_ok=True)
+        for b in self.benchmarks:
+            envs = [e for e in b.env_ids if b.has_world(e) and e not in self.skipped[b.name]]
+            self.left_out.update(
+                {e: "no world: its calls are checked, never run" for e in b.env_ids if not b.has_world(e)}
+            )
+            self.left_out.update({e: "not run" for e in b.env_ids if b.has_world(e) and e in self.skipped[b.name]})
+            if not envs:
+                continue
+            for name in dict.fromkeys((c.agent, "oracle", "knn")):
+                calls, why = [], None
+                for env_id in envs:
+                    try:
+                        calls += self._compared(b, env_id, name, on_call)
+                    except ValueError as e:
+                        why = " ".join(str(e).split())[:200]
+                rows.append(world_row(b.name, name, calls, why if not calls else None))
+        return rows
+
+    def _compared(self, b: Benchmark, env_id: str, rehearser: str, on_call) -> list[dict]:
+        c = self.config
+        env = gym.make(env_id, **({"split": b.split} if b.split else {}))
+        with closing(env):
+            inner = env.unwrapped
+            tasks = inner.task_ids[: c.limit]
+            gold = all(inner.suite.has_gold(inner.suite.task(t)) for t in tasks)
+            actor = agents.load("oracle" if gold else c.agent, env=env, **({} if gold else c.agent_kwargs))
+            world = agents.load(rehearser, env=env, **(c.agent_kwargs if rehearser == c.agent else {}))
+            out = []
+            path = self.out / "world" / f"{domain_name(env_id)}-{rehearser.split(':')[0]}.jsonl"
+            with path.open("w") as f:
+                for record in compare_calls(env, actor, world, tasks):
+                    write_record(f, record)
+                    out.append(record)
+                    if on_call:
+                        on_call()
+            return out
+
+    def results(self, world: list[WorldModelRow] | None = None) -> EvalResults:
+        """Every benchmark scored from the records its runs wrote."""
+        c, out = self.config, []
+        for b in self.benchmarks:
+            records = {e: read(f) for e, f in self.played.get((b.name, 0), {}).items()}
+            rows = [r for rs in records.values() for r in rs]
+            result = BenchmarkResult(
+                name=b.name,
+                score=None,
+                parts={},
+                episodes=len(rows),
+                failed=dict(Counter(f"{r['ended_by']}: {str(r['error'])[:80]}" for r in rows if r.get("error"))),
+                skipped=self.skipped[b.name],
+                missing=list(b.missing),
+                records=[str(f) for f in self.played.get((b.name, 0), {}).values()],
+                real_calls=sum(r.get("real_calls", 0) for r in rows),
+            )
+            if rows:
+                scored = b.score(records)
+                result.score, result.parts = scored["score"], scored["parts"]
+            rehearsed = {e: read(f) for e, f in self.played.get((b.name, c.rehearse), {}).items()} if c.rehearse else {}
+            if any(rehearsed.values()):
+                result.rehearsed_score = b.score(rehearsed)["score"]
+                result.rehearsed_real_calls = sum(r.get("real_calls", 0) for rs in rehearsed.values() for r in rs)
+            out.append(result)
+        paper = [r for r in out if r.name in {b.name for b in PAPER}] or out
+        return EvalResults(
+            agent=c.agent,
+            user=c.user or "scripted",
+            judge=c.judge,
+            trials=c.trials,
+            limit=c.limit,
+            rehearse=c.rehearse,
+            benchmarks=out,
+            overall=overall(paper),
+            overall_of=[b.name for b in paper if b.score is not None],
+            world_model=world or [],
+            world_model_left_out=self.left_out if world is not None else {},
+            reported=reported(),
+        )
+
+
+def read(path: Path) -> list[dict]:
+    """A run's records, each checked against :class:`~envace_gym.records.RunRecord`."""
+    from envace_gym.records import rows
+
+    return [RunRecord.model_validate(r).model_dump() for r in rows(path)] if path.exists() else []
+
+
+def world_row(benchmark: str, name: str, calls: list[dict], why: str | None) -> WorldModelRow:
+    """One world model's row from its compared calls."""
+    state = [r for r in calls if r.get("state_dependent")]
+    tools: dict[str, list[float]] = {}
+    for r in calls:
+        tools.setdefault(r["tool"], []).append(r["leaf_match"])
+    return WorldModelRow(
+        benchmark=benchmark,
+        world_model=name,
+        calls=len(calls),
+        metrics={m: statistics.fmean(float(r[m]) for r in calls) for m in WORLD_METRICS} if calls else {},
+        state_dependent_calls=len(state),
+        state_dependent_leaf_match=statistics.fmean(r["leaf_match"] for r in state) if state else None,
+        by_tool={t: {"calls": len(v), "leaf_match": statistics.fmean(v)} for t, v in sorted(tools.items())},
+        skipped=why,
+    )

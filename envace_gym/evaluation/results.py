@@ -1,0 +1,162 @@
+"""What ``envace-gym eval`` writes: ``results.json`` (:class:`EvalResults`), its Markdown table and a PNG."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envace_gym.evaluation.benchmarks import REPORTED
+
+WORLD_METRICS = ("parsed", "shape", "leaf_match", "exact", "error_agree")
+
+
+class BenchmarkResult(BaseModel):
+    """One benchmark's score for the evaluated agent, as its leaderboard aggregates."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="The benchmark: BFCL v4, tau2, VitaBench, or an env id of its own.")
+    score: float | None = Field(description="The benchmark's score, 0-100; None when none of its envs ran.")
+    parts: dict[str, float] = Field(description="Its parts: BFCL's groups, tau2's pass^k per domain, a mean per env.")
+    episodes: int = Field(description="Episodes scored.")
+    failed: dict[str, int] = Field(description="Episodes that failed, by class (ended_by: error), scored 0.")
+    skipped: dict[str, str] = Field(description="Envs of the benchmark not run, each with the reason.")
+    missing: list[str] = Field(description="Categories of the benchmark the project does not wrap (counted 0).")
+    records: list[str] = Field(description="The run records' files (JSONL), one per env.")
+    real_calls: int = Field(description="Tool calls the real world answered, over all episodes.")
+    rehearsed_score: float | None = Field(None, description="With --rehearse N: the score under private rehearsal.")
+    rehearsed_real_calls: int | None = Field(None, description="With --rehearse N: the real calls of those runs.")
+
+
+class WorldModelRow(BaseModel):
+    """One world model's fidelity on one benchmark's calls (shadow episodes: the real world answers,
+    the world model writes its own answer first)."""
+
+    model_config = ConfigDict(extra="forbid")
+    benchmark: str
+    world_model: str = Field(description="The rehearser: the agent, oracle (the bound) or knn (the baseline).")
+    calls: int = Field(description="Calls compared.")
+    metrics: dict[str, float] = Field(
+        description="Means over the calls: parsed, shape, leaf_match, exact, error_agree."
+    )
+    state_dependent_calls: int = Field(description="Calls whose real answer depends on the episode's earlier calls.")
+    state_dependent_leaf_match: float | None = Field(description="leaf_match over those calls alone.")
+    by_tool: dict[str, dict[str, float]] = Field(description="leaf_match and calls per tool.")
+    skipped: str | None = Field(None, description="Why this row has no calls, if it has none.")
+
+
+class EvalResults(BaseModel):
+    """``results.json``: the settings, each benchmark's result, the overall, and the world-model table."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent: str
+    user: str = Field(description="tau2's user: 'scripted' (tau2's own is an LLM) or the LLM user's MODEL@BASE_URL.")
+    judge: str | None
+    trials: int
+    limit: int | None = Field(description="The first N tasks of each env; None: every task.")
+    rehearse: int = Field(description="Private rehearsal attempts per turn in the rehearsed runs (0: none).")
+    benchmarks: list[BenchmarkResult]
+    overall: float | None = Field(
+        description="The paper's overall: the mean of the paper benchmarks scored (of the benchmarks given, "
+        "without a paper one); the paper's own is over all three."
+    )
+    overall_of: list[str] = Field(description="The benchmarks the overall is the mean of.")
+    world_model: list[WorldModelRow] = Field(default_factory=list)
+    world_model_left_out: dict[str, str] = Field(
+        default_factory=dict, description="Envs without world-model rows, each with the reason."
+    )
+    reported: dict[str, dict[str, float]] = Field(description="The paper's reported rows, not measured here.")
+
+
+def overall(benchmarks: list[BenchmarkResult]) -> float | None:
+    """The mean of the benchmarks' scores that exist."""
+    scores = [b.score for b in benchmarks if b.score is not None]
+    return statistics.fmean(scores) if scores else None
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def markdown(results: EvalResults) -> str:
+    """The paper's table (benchmarks, then overall), the agent's row and the reported rows beside; the
+    parts, the world-model table and every skipped env and failure class below."""
+    names = [b.name for b in results.benchmarks]
+    user = "scripted user" if results.user == "scripted" else f"LLM user {results.user}"
+    partial = len(results.overall_of) < len([b for b in results.benchmarks if b.name in REPORTED["EnvACE-8B"]])
+    of = f" (of {', '.join(results.overall_of)})" if partial and results.overall_of else ""
+    lines = [
+        f"| model | {' | '.join(names)} | overall{of} |",
+        "|---" * (len(names) + 2) + "|",
+        f"| {results.agent} (measured, tau2 with the {user}) | "
+        + " | ".join(_cell(b.score) for b in results.benchmarks)
+        + f" | {_cell(results.overall)} |",
+    ]
+    if results.rehearse:
+        lines.append(
+            f"| {results.agent} + rehearsal N={results.rehearse} (measured) | "
+            + " | ".join(_cell(b.rehearsed_score) for b in results.benchmarks)
+            + f" | {_cell(overall([b.model_copy(update={'score': b.rehearsed_score}) for b in results.benchmarks]))} |"
+        )
+    for model, row in results.reported.items():
+        lines.append(f"| {model} (reported) | " + " | ".join(_cell(row.get(n)) for n in [*names, "overall"]) + " |")
+    for b in results.benchmarks:
+        lines.append("")
+        lines.append(f"**{b.name}**: {b.episodes} episodes, {b.real_calls} real calls")
+        if b.rehearsed_score is not None:
+            lines.append(
+                f"- private rehearsal N={results.rehearse}: {_cell(b.rehearsed_score)} "
+                f"(gain {_cell(b.rehearsed_score - (b.score or 0.0))}), {b.rehearsed_real_calls} real calls"
+            )
+        lines += [f"- {part}: {_cell(value)}" for part, value in b.parts.items()]
+        lines += [f"- failed, {why}: {n} episodes (scored 0)" for why, n in b.failed.items()]
+        lines += [f"- not run, {env}: {why}" for env, why in b.skipped.items()]
+        if b.missing:
+            lines.append(f"- not wrapped (counted 0): {', '.join(b.missing)}")
+    if results.world_model:
+        lines += ["", "**World model** (shadow episodes; leaf_match over all calls, and over state-dependent ones)", ""]
+        lines += ["| benchmark | world model | calls | " + " | ".join(WORLD_METRICS) + " | state-dependent |"]
+        lines += ["|---" * (len(WORLD_METRICS) + 4) + "|"]
+        for row in results.world_model:
+            cells = " | ".join(_cell(row.metrics.get(m)) for m in WORLD_METRICS)
+            state = f"{_cell(row.state_dependent_leaf_match)} ({row.state_dependent_calls})"
+            note = f" ({row.skipped})" if row.skipped else ""
+            lines.append(f"| {row.benchmark} | {row.world_model}{note} | {row.calls} | {cells} | {state} |")
+        lines += [""] + [f"- no world-model row, {env}: {why}" for env, why in results.world_model_left_out.items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: EvalResults, path: Path) -> None:
+    """A bar per benchmark: real, under private rehearsal, and the agent's world-model leaf_match (x100)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = [b.name for b in results.benchmarks]
+    own = {r.benchmark: r.metrics.get("leaf_match") for r in results.world_model if r.world_model == results.agent}
+    series = {"real": [b.score for b in results.benchmarks]}
+    if results.rehearse:
+        series[f"rehearsal N={results.rehearse}"] = [b.rehearsed_score for b in results.benchmarks]
+    if results.world_model:
+        series["world model (leaf_match x100)"] = [None if own.get(n) is None else 100 * own[n] for n in names]
+    x, width = np.arange(len(names)), 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names), 3.6))
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=label)
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("score (0-100)")
+    ax.set_title(f"{results.agent}: the paper's benchmarks")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def reported() -> dict[str, dict[str, float]]:
+    """The paper's rows, as results.json keeps them."""
+    return {model: dict(row) for model, row in REPORTED.items()}
