@@ -8,7 +8,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -52,12 +52,23 @@ class EvalConfig:
 
 
 def benchmarks(suites: list[str]) -> list[Benchmark]:
-    """The benchmarks ``suites`` names: ``paper``'s three, then one per other env id, in the order given."""
-    out: list[Benchmark] = []
+    """The benchmarks ``suites`` names: ``paper``'s three; an env id of a paper benchmark joins that
+    benchmark (scored its way over the envs given); any other env id is a benchmark of its own."""
+    chosen: dict[str, list[str]] = {}
+    own: dict[str, Benchmark] = {}
     for name in given_ids(suites):
-        chosen = list(PAPER) if name == "paper" else [own_benchmark(name)]
-        out += [b for b in chosen if b.name not in {o.name for o in out}]
-    return out
+        for b in PAPER if name == "paper" else [next((b for b in PAPER if name in b.env_ids), None)]:
+            if b is None:
+                own.setdefault(name, own_benchmark(name))
+                chosen.setdefault(name, [name])
+            else:
+                ids = chosen.setdefault(b.name, [])
+                ids += [e for e in (b.env_ids if name == "paper" else (name,)) if e not in ids]
+    paper = {b.name: b for b in PAPER}
+    return [
+        replace(paper[n], env_ids=tuple(e for e in paper[n].env_ids if e in ids)) if n in paper else own[n]
+        for n, ids in chosen.items()
+    ]
 
 
 class Evaluation:
