@@ -20,6 +20,7 @@ from envace_gym.runner import run_episode
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_the_oracle_fills_the_paper_table_and_its_files(tmp_path):
     out = tmp_path / "eval"
     result = runner.invoke(app, ["eval", "--agent", "oracle", "--limit", "1", "--world-model", "--out", str(out)])
@@ -51,6 +52,7 @@ def test_the_oracle_fills_the_paper_table_and_its_files(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_the_numbers_agree_with_tau2s_and_bfcl_evals_own_scoring(tmp_path):
     """A noisy oracle (some episodes fail) on tau2-retail and two BFCL categories, two trials a task: each
     episode replayed in process, scored by tau2's evaluator or bfcl-eval's checker, aggregated by their

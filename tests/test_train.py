@@ -108,6 +108,7 @@ def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_pa
     assert record["lr"] == pytest.approx(1e-3) and trainer.scheduler.get_last_lr() == [0.0]
 
 
+@pytest.mark.slow
 def test_the_world_model_loss_trains_on_real_responses(tiny, tmp_path):
     config = _config(tiny, tmp_path, 1)
     config.dynamics, config.world_model_coef = "shadow", 0.5
