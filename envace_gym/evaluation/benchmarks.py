@@ -13,6 +13,7 @@ A score is on the paper's scale, 0-100.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,13 @@ def bfcl_summary_helpers():
     return sys.modules["bfcl_eval.eval_checker.eval_runner_helper"]
 
 
+@functools.cache
+def absent_category(name: str) -> dict:
+    """bfcl-eval's entry for a category without results: accuracy 0, its entry count (read from its
+    dataset, so kept once per process) and display N/A."""
+    return bfcl_summary_helpers().get_category_score({}, name)
+
+
 def bfcl_score(rewards: dict[str, list[float]]) -> dict:
     """BFCL v4's overall and group accuracies (0-100) from each played env's rewards, by bfcl-eval's
     summary helpers; categories without episodes are bfcl-eval's N/A (0 in the sums)."""
@@ -71,7 +79,7 @@ def bfcl_score(rewards: dict[str, list[float]]) -> dict:
     }
 
     def cat(name: str) -> dict:
-        return get_category_score(played, name)
+        return get_category_score(played, name) if name in played else dict(absent_category(name))
 
     simple = calculate_unweighted_accuracy([cat("simple_python"), cat("simple_java"), cat("simple_javascript")])
     non_live_parts = [simple, cat("multiple"), cat("parallel"), cat("parallel_multiple")]
