@@ -548,6 +548,8 @@ def markdown(summary: dict) -> str:
         "real": "GRPO, real",
         "envace": "GRPO, envace",
         "act-only": "GRPO, act-only",
+        "mixed": "GRPO, mixed",
+        "mixed-wm": "GRPO, mixed + world-model loss",
     }
     lines = [
         "| row | test reward (tau2) | gold share | rehearsal leaf_match | reward gain over warm | real calls in GRPO |",
