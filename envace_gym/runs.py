@@ -118,9 +118,10 @@ class Run:
     """A run set up and checked before any episode is played: its envs, agent and reward, its
     ``episodes`` (``(task_id, seed)``, each task ``repeats`` times in a row), the records of them
     already in ``out`` (``earlier``, with ``resume``) and those still ``todo``. Iterating it plays
-    ``todo`` and yields each record once it is written to ``out``."""
+    ``todo`` and yields each record once it is written to ``out``. ``agent``, when given, is
+    ``config.agent`` already loaded (a model kept across runs), bound to this run's env."""
 
-    def __init__(self, config: RunConfig):
+    def __init__(self, config: RunConfig, agent: agents.Agent | None = None):
         self.config = c = config
         if c.url is not None:
             self._serve_from(c)
@@ -169,7 +170,7 @@ class Run:
             "reward_source": tuple(getattr(r, "__name__", r) for r in rewards if r is not None),
         }
         if c.workers is None:  # under workers the agent's name comes with the records they play
-            self.agent = agents.load(c.agent, env=self.envs[0], **c.agent_kwargs)
+            self.agent = agent.bind(self.envs[0]) if agent else agents.load(c.agent, env=self.envs[0], **c.agent_kwargs)
             if not self.agent.acts:
                 raise ValueError(
                     f"{self.agent.name} is a world model and cannot act: it answers rehearse turns "

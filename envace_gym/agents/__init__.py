@@ -1,5 +1,5 @@
-"""Agents by name: ``oracle``, ``noisy-oracle``, ``random``, ``knn``, ``smollm2``, ``hf:``, ``vllm:``
-(offline or ``@BASE_URL``), ``openai:``; and
+"""Agents by name: ``oracle``, ``noisy-oracle``, ``random``, ``knn``, ``smollm2`` (in transformers, or
+in vLLM as ``vllm:smollm2``), ``hf:``, ``vllm:`` (offline or ``@BASE_URL``), ``openai:``; and
 :class:`~envace_gym.agents.private_rehearsal.PrivateRehearsal`, which wraps any of them."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from envace_gym.specs import import_module, parse_spec
 
 AGENTS = {"oracle": OracleAgent, "noisy-oracle": NoisyOracle, "random": RandomAgent, "knn": KNNAgent}
 NAMES = (
-    "oracle, noisy-oracle, random, knn, smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, openai:MODEL@BASE_URL, "
+    "oracle, noisy-oracle, random, knn, smollm2, vllm:smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, "
+    "openai:MODEL@BASE_URL, "
     "MODULE:CLASS"
 )
 
@@ -49,6 +50,13 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
         from envace_gym.agents.hf import load_smollm2
 
         return load_smollm2(env, **kwargs)
+    if name == "vllm:smollm2":  # the same model in vLLM's engine, its context (8192 tokens) the default
+        from envace_gym.agents.hf import smollm2_path
+        from envace_gym.agents.vllm import VLLMAgent
+
+        agent = VLLMAgent(smollm2_path(kwargs.pop("cache_dir", None)), env, **{"max_model_len": 8192} | kwargs)
+        agent.name = name
+        return agent
     if kind == "hf" and arg:
         from envace_gym.agents.hf import HFAgent
 
@@ -70,6 +78,13 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
     if ":" in name and kind not in ("hf", "vllm", "openai"):
         return _user_agent(name, env, **kwargs)
     raise ValueError(f"unknown agent {name!r}; use one of: {NAMES}")
+
+
+def holds_model(name: str) -> bool:
+    """Whether the agent ``name`` loads a model's weights into this process (``smollm2``, ``hf:PATH``,
+    ``vllm:PATH``): worth loading once and binding to each env."""
+    kind, _, arg = name.partition(":")
+    return name == "smollm2" or (kind in ("hf", "vllm") and bool(arg) and "@" not in arg)
 
 
 def _user_agent(name: str, env: gym.Env | None, **kwargs: Any) -> Agent:

@@ -19,26 +19,29 @@ def evaluate(options: dict) -> None:
         evaluation = Evaluation(config)
     failures = 0
     with user_errors():
-        for benchmark, run in evaluation.runs():
-            label = f"{benchmark.name} {run.env_id}" + (
-                f" rehearse={run.config.rehearsal_budget}" * bool(run.config.rehearsal_budget)
-            )
-            try:
-                with progress(len(run.todo), label, "episodes") as advance:
-                    for record in run:
-                        failures += bool(record.get("error"))
-                        advance(f"[red]{failures} failed[/red]" if failures else "")
-            except KeyboardInterrupt:
-                console.print(f"interrupted: the same command with --resume plays the rest ({config.out})")
-                raise typer.Exit(130) from None
-            finally:
-                for env in run.envs:
-                    env.close()
-        world = None
-        if config.world_model:
-            with progress(0, "world model: shadow episodes", "calls") as advance:
-                world = evaluation.world_rows(on_call=advance)
-        results = evaluation.results(world)
+        try:
+            for benchmark, run in evaluation.runs():
+                label = f"{benchmark.name} {run.env_id}" + (
+                    f" rehearse={run.config.rehearsal_budget}" * bool(run.config.rehearsal_budget)
+                )
+                try:
+                    with progress(len(run.todo), label, "episodes") as advance:
+                        for record in run:
+                            failures += bool(record.get("error"))
+                            advance(f"[red]{failures} failed[/red]" if failures else "")
+                except KeyboardInterrupt:
+                    console.print(f"interrupted: the same command with --resume plays the rest ({config.out})")
+                    raise typer.Exit(130) from None
+                finally:
+                    for env in run.envs:
+                        env.close()
+            world = None
+            if config.world_model:
+                with progress(0, "world model: shadow episodes", "calls") as advance:
+                    world = evaluation.world_rows(on_call=advance)
+            results = evaluation.results(world)
+        finally:
+            evaluation.close()
     out = evaluation.out
     (out / "results.json").write_text(results.model_dump_json(indent=1))
     table = markdown(results)

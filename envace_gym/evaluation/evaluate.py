@@ -83,6 +83,27 @@ class Evaluation:
         self.skipped: dict[str, dict[str, str]] = {b.name: {} for b in self.benchmarks}
         self.played: dict[tuple[str, int], dict[str, Path]] = {}  # (benchmark, rehearse) -> records by env id
         self.left_out: dict[str, str] = {}  # envs without a world-model row, and why
+        self.model: agents.Agent | None = None  # see _model
+
+    def _model(self) -> agents.Agent | None:
+        """The evaluated agent when it holds a model in this process (``smollm2``, ``hf:``, ``vllm:PATH``),
+        loaded once and kept for every run and world-model row; None for any other agent."""
+        c = self.config
+        if self.model is None and c.workers is None and agents.holds_model(c.agent):
+            self.model = agents.load(c.agent, **c.agent_kwargs)
+        return self.model
+
+    def _load(self, name: str, env: gym.Env) -> agents.Agent:
+        """The agent ``name`` in ``env``: the evaluated agent's kept model bound to it, or loaded afresh."""
+        own = name == self.config.agent
+        model = self._model() if own else None
+        return model.bind(env) if model else agents.load(name, env=env, **(self.config.agent_kwargs if own else {}))
+
+    def close(self) -> None:
+        """Stop the kept model's engine (a vLLM agent's worker processes), if it has one."""
+        close = getattr(self.model, "close", None)
+        if close:
+            close()
 
     def run_config(self, benchmark: Benchmark, env_id: str, rehearse: int = 0) -> RunConfig:
         c = self.config
@@ -114,7 +135,7 @@ class Evaluation:
                         self.skipped[b.name][env_id] = "needs a judge (--judge MODEL@BASE_URL), as run needs one"
                         continue
                     try:
-                        run = Run(self.run_config(b, env_id, rehearse))
+                        run = Run(self.run_config(b, env_id, rehearse), self._model())
                     except (ValueError, ImportError, KeyError, gym.error.Error) as e:
                         self.skipped[b.name][env_id] = " ".join(str(e).split())[:300]
                         continue
@@ -151,8 +172,8 @@ class Evaluation:
             inner = env.unwrapped
             tasks = inner.task_ids[: c.limit]
             gold = all(inner.suite.has_gold(inner.suite.task(t)) for t in tasks)
-            actor = agents.load("oracle" if gold else c.agent, env=env, **({} if gold else c.agent_kwargs))
-            world = agents.load(rehearser, env=env, **(c.agent_kwargs if rehearser == c.agent else {}))
+            actor = self._load("oracle" if gold else c.agent, env)
+            world = self._load(rehearser, env)
             out = []
             path = self.out / "world" / f"{domain_name(env_id)}-{rehearser.split(':')[0]}.jsonl"
             with path.open("w") as f:
