@@ -102,10 +102,16 @@ def register_suite(env_id: str, suite: Suite, **defaults) -> None:
     """Register a suite as a Gymnasium id: ``gym.make(env_id, **kwargs)`` is
     ``EnvACEEnv(suite, **defaults, **kwargs)``, wrapped as the ``EnvACE/*`` ids are. Registering
     the id again replaces it."""
+    register_factory(env_id, partial(_suite_env, suite), **defaults)
+
+
+def register_factory(env_id: str, factory: Callable[..., gym.Env], **defaults) -> None:
+    """Register ``factory`` as a Gymnasium id: ``gym.make(env_id, **kwargs)`` is ``factory(**defaults,
+    **kwargs)``, wrapped as the ``EnvACE/*`` ids are. Registering the id again replaces it."""
     gym.registry.pop(env_id, None)
     gym.register(
         id=env_id,
-        entry_point=partial(make_registered, partial(_suite_env, suite)),
+        entry_point=partial(make_registered, factory),
         kwargs=defaults,
         disable_env_checker=True,
         additional_wrappers=(SCORE_TRUNCATED,),

@@ -74,6 +74,26 @@ def test_a_model_agent_is_loaded_once_for_every_run_and_world_model_row(tiny, tm
     assert len(loads) == 1
 
 
+def test_a_finmcp_file_is_a_benchmark_of_its_own(tmp_path):
+    from test_mcp import FINMCP
+
+    path = tmp_path / "fin.jsonl"
+    path.write_text("\n".join(json.dumps(s) for s in FINMCP))
+    out = tmp_path / "eval"
+    result = runner.invoke(app, ["eval", "--suites", str(path), "--world-model", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    results = EvalResults.model_validate_json((out / "results.json").read_text())
+    (fin,) = results.benchmarks
+    assert (fin.name, fin.episodes, fin.score, results.overall) == ("finmcp/fin-v0", 3, 100.0, 100.0)
+    rows = {r.world_model: r for r in results.world_model}
+    assert rows["oracle"].calls == 6 and rows["oracle"].metrics["leaf_match"] == 1.0 > rows["knn"].metrics["leaf_match"]
+    assert "oracle (measured) |" in result.output  # no tau2 here: no user to name
+    missing = runner.invoke(app, ["eval", "--suites", str(tmp_path / "absent.jsonl"), "--out", str(out)])
+    assert missing.exit_code == 2 and "no FinMCP-Bench file" in missing.output
+    ray = runner.invoke(app, ["eval", "--suites", str(path), "--workers", "2", "--out", str(out)])
+    assert ray.exit_code == 2 and "PATH.py:ID" in ray.output
+
+
 @pytest.mark.slow
 def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_model(tmp_path, monkeypatch):
     """A real pretrained model end to end: SmolLM2-135M-Instruct in vLLM's CPU engine, one task of each

@@ -31,7 +31,8 @@ class EvalConfig:
     suites: list[str] = setting(
         ["paper"],
         "paper (BFCL v4's wrapped categories, tau2 retail, airline and telecom, VitaBench delivery and "
-        "in-store), or env ids, comma-separated or repeated (a FinMCP-format or MCP suite: PATH.py:ID).",
+        "in-store), or env ids, comma-separated or repeated: an MCP suite as PATH.py:ID, a FinMCP-Bench file "
+        "as its path (.json or .jsonl, played offline on its recordings).",
     )
     trials: int = setting(1, "Episodes per task (tau2's pass^k for k up to this).")
     user: str | None = setting(None, "MODEL@BASE_URL: tau2's LLM user (default: the scripted user, so labelled).")
@@ -53,10 +54,17 @@ class EvalConfig:
 
 def benchmarks(suites: list[str]) -> list[Benchmark]:
     """The benchmarks ``suites`` names: ``paper``'s three; an env id of a paper benchmark joins that
-    benchmark (scored its way over the envs given); any other env id is a benchmark of its own."""
+    benchmark (scored its way over the envs given); any other env id, or a FinMCP-Bench file
+    (registered here), is a benchmark of its own."""
     chosen: dict[str, list[str]] = {}
     own: dict[str, Benchmark] = {}
     for name in given_ids(suites):
+        if name.endswith((".json", ".jsonl")):
+            if not Path(name).is_file():
+                raise ValueError(f"no FinMCP-Bench file at {name!r}")
+            from envace_gym.envs.mcp import register_finmcp
+
+            name = register_finmcp(name)
         for b in PAPER if name == "paper" else [next((b for b in PAPER if name in b.env_ids), None)]:
             if b is None:
                 own.setdefault(name, own_benchmark(name))
@@ -78,6 +86,8 @@ class Evaluation:
     def __init__(self, config: EvalConfig):
         self.config = config
         self.benchmarks = benchmarks(config.suites)
+        if config.workers and any(e.startswith("finmcp/") for b in self.benchmarks for e in b.env_ids):
+            raise ValueError("--workers: Ray workers cannot see a FinMCP file's id; register it in a PATH.py:ID module")
         self.out = Path(config.out)
         (self.out / "records").mkdir(parents=True, exist_ok=True)
         self.skipped: dict[str, dict[str, str]] = {b.name: {} for b in self.benchmarks}

@@ -85,12 +85,13 @@ def markdown(results: EvalResults) -> str:
     parts, the world-model table and every skipped env and failure class below."""
     names = [b.name for b in results.benchmarks]
     user = "scripted user" if results.user == "scripted" else f"LLM user {results.user}"
+    user = f", tau2 with the {user}" if "tau2" in names else ""
     partial = len(results.overall_of) < len([b for b in results.benchmarks if b.name in REPORTED["EnvACE-8B"]])
     of = f" (of {', '.join(results.overall_of)})" if partial and results.overall_of else ""
     lines = [
         f"| model | {' | '.join(names)} | overall{of} |",
         "|---" * (len(names) + 2) + "|",
-        f"| {results.agent} (measured, tau2 with the {user}) | "
+        f"| {results.agent} (measured{user}) | "
         + " | ".join(_cell(b.score) for b in results.benchmarks)
         + f" | {_cell(results.overall)} |",
     ]

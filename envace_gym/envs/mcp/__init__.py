@@ -9,6 +9,7 @@ env = make_env(None, tasks=load_finmcp("finmcp.jsonl"), dynamics="replay")      
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,16 @@ def make_env(server: Any, tasks: str | Path | Sequence[Task | dict | str], **kwa
     return MCPEnv(MCPSuite(as_tasks(tasks), server, **options), owns_suite=True, **kwargs)
 
 
+def register_finmcp(path: str | Path) -> str:
+    """Register a FinMCP-Bench file (see :func:`~envace_gym.envs.mcp.tasks.load_finmcp`) as the id
+    ``finmcp/STEM-v0``, its tasks played offline on their recordings; the id is returned."""
+    from envace_gym.registration import register_factory
+
+    env_id = f"finmcp/{Path(path).stem}-v0"
+    register_factory(env_id, partial(make_env, None, load_finmcp(path), name=env_id))
+    return env_id
+
+
 __all__ = [
     "DetachedWorld",
     "ForkError",
@@ -61,5 +72,6 @@ __all__ = [
     "load_finmcp",
     "load_tasks",
     "make_env",
+    "register_finmcp",
     "response_of",
 ]
