@@ -18,14 +18,30 @@ from envace_gym.records import CompareRecord
 METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
 
 
-def compare_calls(env: gym.Env, actor: Agent, rehearser: Agent, task_ids: list[str], seed: int = 0) -> Iterator[dict]:
-    """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``): one record per call."""
+def compare_calls(
+    env: gym.Env,
+    actor: Agent,
+    rehearser: Agent,
+    task_ids: list[str],
+    seed: int = 0,
+    failures: list[tuple[str, str]] | None = None,
+) -> Iterator[dict]:
+    """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``): one record per call.
+    With a ``failures`` list, an agent's exception ends its episode (the calls before it are kept) and
+    is appended as ``(task_id, "Type: message")``; without one, it is raised."""
     agent, inner = RoleSplit(actor, rehearser), env.unwrapped
     for i, task_id in enumerate(task_ids):
         obs, info = env.reset(seed=seed + i, options={"task_id": task_id, "dynamics": "shadow"})
         done = False
         while not done:
-            obs, _, terminated, truncated, info = env.step(agent.act(obs))
+            try:
+                action = agent.act(obs)
+            except Exception as e:  # a model's failure: a dead server, a prompt past its context
+                if failures is None:
+                    raise
+                failures.append((task_id, f"{type(e).__name__}: {e}"))
+                break
+            obs, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
             for call in info["tool_calls"]:
                 if call.get("rehearsed") is None:

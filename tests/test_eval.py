@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
+from envace_gym.agents.base import Agent
 from envace_gym.cli import app
-from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation
+from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation, markdown
 from envace_gym.evaluation.benchmarks import bfcl_category, bfcl_score
 from envace_gym.runner import run_episode
 
@@ -72,6 +73,47 @@ def test_a_model_agent_is_loaded_once_for_every_run_and_world_model_row(tiny, tm
     assert len(records) == 2 and all(r["agent"] == f"hf:{tiny}" for r in records)
     assert {r.world_model for r in rows} == {f"hf:{tiny}", "oracle", "knn"} and all(r.calls for r in rows)
     assert len(loads) == 1
+
+
+class ContextFull(Agent):
+    """A world model that answers one call, then fails on every later one (as a prompt past a model's context)."""
+
+    def __init__(self):
+        self.answered = 0
+
+    def act(self, obs):
+        self.answered += 1
+        if self.answered > 1:
+            raise RuntimeError("the prompt is longer than the context")
+        return "{}"
+
+
+def test_a_world_model_that_fails_ends_its_episode_and_the_table_says_so(tmp_path):
+    config = EvalConfig(
+        agent="test_eval:ContextFull",
+        suites=["EnvACE/bfcl-multi-turn-base-v0"],
+        limit=2,
+        world_model=True,
+        out=str(tmp_path),
+    )
+    rows = {r.world_model: r for r in Evaluation(config).world_rows()}
+    failing, oracle = rows["test_eval:ContextFull"], rows["oracle"]
+    assert failing.calls == 1 < oracle.calls and not oracle.failed
+    assert failing.failed == {"RuntimeError: the prompt is longer than the context": 2}  # both episodes ended
+    results = EvalResults(
+        agent=config.agent,
+        user="scripted",
+        judge=None,
+        trials=1,
+        limit=2,
+        rehearse=0,
+        benchmarks=[],
+        overall=None,
+        overall_of=[],
+        world_model=list(rows.values()),
+        reported={},
+    )
+    assert "ContextFull failed, RuntimeError: the prompt is longer than the context: 2 episodes" in markdown(results)
 
 
 def test_a_finmcp_file_is_a_benchmark_of_its_own(tmp_path):

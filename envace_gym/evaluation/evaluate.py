@@ -166,16 +166,18 @@ class Evaluation:
             if not envs:
                 continue
             for name in dict.fromkeys((c.agent, "oracle", "knn")):
-                calls, why = [], None
+                calls, failures, why = [], [], None
                 for env_id in envs:
                     try:
-                        calls += self._compared(b, env_id, name, on_call)
+                        calls += self._compared(b, env_id, name, failures, on_call)
                     except ValueError as e:
                         why = " ".join(str(e).split())[:200]
-                rows.append(world_row(b.name, name, calls, why if not calls else None))
+                row = world_row(b.name, name, calls, why if not calls else None)
+                row.failed = dict(Counter(" ".join(error.split())[:120] for _, error in failures))
+                rows.append(row)
         return rows
 
-    def _compared(self, b: Benchmark, env_id: str, rehearser: str, on_call) -> list[dict]:
+    def _compared(self, b: Benchmark, env_id: str, rehearser: str, failures: list, on_call) -> list[dict]:
         c = self.config
         env = gym.make(env_id, **({"split": b.split} if b.split else {}))
         with closing(env):
@@ -187,7 +189,7 @@ class Evaluation:
             out = []
             path = self.out / "world" / f"{domain_name(env_id)}-{rehearser.split(':')[0]}.jsonl"
             with path.open("w") as f:
-                for record in compare_calls(env, actor, world, tasks):
+                for record in compare_calls(env, actor, world, tasks, failures=failures):
                     write_record(f, record)
                     out.append(record)
                     if on_call:

@@ -45,6 +45,10 @@ class WorldModelRow(BaseModel):
     state_dependent_leaf_match: float | None = Field(description="leaf_match over those calls alone.")
     by_tool: dict[str, dict[str, float]] = Field(description="leaf_match and calls per tool.")
     skipped: str | None = Field(None, description="Why this row has no calls, if it has none.")
+    failed: dict[str, int] = Field(
+        default_factory=dict,
+        description="Shadow episodes the world model failed in, by error: each ended there, its earlier calls kept.",
+    )
 
 
 class EvalResults(BaseModel):
@@ -125,7 +129,12 @@ def markdown(results: EvalResults) -> str:
             state = f"{_cell(row.state_dependent_leaf_match)} ({row.state_dependent_calls})"
             note = f" ({row.skipped})" if row.skipped else ""
             lines.append(f"| {row.benchmark} | {row.world_model}{note} | {row.calls} | {cells} | {state} |")
-        lines += [""] + [f"- no world-model row, {env}: {why}" for env, why in results.world_model_left_out.items()]
+        lines += [""] + [
+            f"- {row.benchmark}, {row.world_model} failed, {why}: {n} episodes (ended there)"
+            for row in results.world_model
+            for why, n in row.failed.items()
+        ]
+        lines += [f"- no world-model row, {env}: {why}" for env, why in results.world_model_left_out.items()]
     return "\n".join(lines) + "\n"
 
 
