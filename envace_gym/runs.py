@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from envace_gym import agents
+from envace_gym.agents.base import Agent
 from envace_gym.agents.hf import play_settings
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.dynamics import get as get_dynamics
@@ -121,7 +122,7 @@ class Run:
     ``todo`` and yields each record once it is written to ``out``. ``agent``, when given, is
     ``config.agent`` already loaded (a model kept across runs), bound to this run's env."""
 
-    def __init__(self, config: RunConfig, agent: agents.Agent | None = None):
+    def __init__(self, config: RunConfig, agent: Agent | None = None):
         self.config = c = config
         if c.url is not None:
             self._serve_from(c)

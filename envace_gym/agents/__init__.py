@@ -22,8 +22,7 @@ from envace_gym.specs import import_module, parse_spec
 AGENTS = {"oracle": OracleAgent, "noisy-oracle": NoisyOracle, "random": RandomAgent, "knn": KNNAgent}
 NAMES = (
     "oracle, noisy-oracle, random, knn, smollm2, vllm:smollm2, hf:PATH, vllm:PATH, vllm:PATH@BASE_URL, "
-    "openai:MODEL@BASE_URL, "
-    "MODULE:CLASS"
+    "openai:MODEL@BASE_URL, MODULE:CLASS"
 )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import gymnasium as gym
 
 from envace_gym import agents
+from envace_gym.agents.base import Agent
 from envace_gym.compare import compare_calls
 from envace_gym.evaluation.benchmarks import PAPER, Benchmark, domain_name, own_benchmark
 from envace_gym.evaluation.results import WORLD_METRICS, BenchmarkResult, EvalResults, WorldModelRow, overall, reported
@@ -93,9 +94,9 @@ class Evaluation:
         self.skipped: dict[str, dict[str, str]] = {b.name: {} for b in self.benchmarks}
         self.played: dict[tuple[str, int], dict[str, Path]] = {}  # (benchmark, rehearse) -> records by env id
         self.left_out: dict[str, str] = {}  # envs without a world-model row, and why
-        self.model: agents.Agent | None = None  # see _model
+        self.model: Agent | None = None  # see _model
 
-    def _model(self) -> agents.Agent | None:
+    def _model(self) -> Agent | None:
         """The evaluated agent when it holds a model in this process (``smollm2``, ``hf:``, ``vllm:PATH``),
         loaded once and kept for every run and world-model row; None for any other agent."""
         c = self.config
@@ -103,7 +104,7 @@ class Evaluation:
             self.model = agents.load(c.agent, **c.agent_kwargs)
         return self.model
 
-    def _load(self, name: str, env: gym.Env) -> agents.Agent:
+    def _load(self, name: str, env: gym.Env) -> Agent:
         """The agent ``name`` in ``env``: the evaluated agent's kept model bound to it, or loaded afresh."""
         own = name == self.config.agent
         model = self._model() if own else None
@@ -173,7 +174,7 @@ class Evaluation:
                     except ValueError as e:
                         why = " ".join(str(e).split())[:200]
                 row = world_row(b.name, name, calls, why if not calls else None)
-                row.failed = dict(Counter(" ".join(error.split())[:120] for _, error in failures))
+                row.failed = dict(Counter(" ".join(error.split())[:80] for _, error in failures))
                 rows.append(row)
         return rows
 
