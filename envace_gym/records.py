@@ -1,10 +1,15 @@
 """The records that ``run``, ``compare`` and ``train`` write as JSONL: the type of a run record, the one
-writer and reader of the files, a pandas DataFrame with the dtypes the records mean, and the training curves."""
+writer and reader of the files, their safe names and the lock that keeps one writer per output, a pandas
+DataFrame with the dtypes the records mean, and the training curves."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 import re
+import time
 from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any
@@ -152,6 +157,85 @@ def write_record(file: IO[str], record: dict) -> None:
     half of it, and a killed writer leaves at most its last line partial."""
     file.write(json.dumps(record) + "\n")
     file.flush()
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one file name: itself where it is a short plain name (letters, digits, ``_.-``), else its
+    plain characters followed by a hash of the whole text, so that two names never share a file and none
+    becomes a path (``hf:runs/step-1`` is ``hf_runs_step-1-`` and 8 hex digits)."""
+    if _SAFE_NAME.fullmatch(text):
+        return text
+    plain = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._-")[:60]
+    return f"{plain or 'name'}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def id_path(env_id: str) -> Path:
+    """An env id as a relative folder: ``EnvACE/tau2-retail-v0`` is ``EnvACE/tau2-retail-v0``, its
+    namespace a folder of its own; each part made a :func:`safe_name`."""
+    namespace, _, name = env_id.rpartition("/")
+    return Path(safe_name(namespace), safe_name(name)) if namespace else Path(safe_name(name))
+
+
+class OutputInUse(ValueError):
+    """Another process holds the lock on an output."""
+
+
+class OutputLock:
+    """An exclusive lock on an output, so that a second process given the same file (or folder) is refused
+    before it writes, rather than both writing into one file. The lock is ``FILE.lock`` (a folder's is
+    ``FOLDER/.lock``), holding the holder's pid; the kernel drops it when the holder ends, however it ends.
+    Use it as a context manager or with :meth:`acquire` and :meth:`release`."""
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        self.path = path
+        self.file = path / ".lock" if path.is_dir() else path.with_name(path.name + ".lock")
+        self._held: IO[str] | None = None
+
+    def acquire(self) -> OutputLock:
+        """Take the lock (a no-op while held); :class:`OutputInUse` names the process that holds it."""
+        if self._held is not None:
+            return self
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            held = self.file.open("a+")
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.seek(0)
+                holder = " ".join(held.read(200).split()) or "another process"
+                held.close()
+                raise OutputInUse(
+                    f"{self.path} is being written by {holder}; wait for it to end, or give another --out"
+                ) from None
+            try:  # the holder before may have removed the file between our open and our lock
+                if os.stat(self.file).st_ino == os.fstat(held.fileno()).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            held.close()
+        held.truncate(0)
+        held.write(f"pid {os.getpid()} (since {time.strftime('%H:%M:%S')})")
+        held.flush()
+        self._held = held
+        return self
+
+    def release(self) -> None:
+        """Drop the lock and remove its file (a no-op when not held)."""
+        if self._held is None:
+            return
+        self.file.unlink(missing_ok=True)
+        self._held.close()
+        self._held = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def _depth(line: str) -> int:

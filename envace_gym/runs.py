@@ -23,7 +23,7 @@ from envace_gym.agents.hf import play_settings
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.env import EnvACEEnv
-from envace_gym.records import resume_records, write_record
+from envace_gym.records import OutputLock, id_path, resume_records, safe_name, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.rewards import REWARDS, SPEC_REWARDS
 from envace_gym.runner import make_envs, run_batched
@@ -189,7 +189,12 @@ class Run:
         self.out = records_file(c.out, self.env_id, c.agent, c.dynamics)
         ids = task_ids[: c.limit]
         self.episodes = [(task_id, c.seed + i) for i, task_id in enumerate(t for t in ids for _ in range(c.repeats))]
-        self.earlier = resume_records(self.out, settings) if c.resume and self.out.exists() else []
+        self.lock = OutputLock(self.out).acquire()  # held until the episodes are played (or the run is dropped)
+        try:
+            self.earlier = resume_records(self.out, settings) if c.resume and self.out.exists() else []
+        except BaseException:
+            self.lock.release()
+            raise
         done = {(r["task_id"], r["seed"]) for r in self.earlier}
         self.todo = [e for e in self.episodes if e not in done]
 
@@ -246,7 +251,7 @@ class Run:
             # the id as given (MODULE:ID or PATH.py:ID too): each worker imports the module that registers it
             spec = WorkerSpec(c.env_id, c.agent, self.make_kwargs, c.agent_kwargs, c.batch, rehearsal=c.rehearsal)
             stream = run_distributed(spec, self.todo, c.workers, c.ray_address)
-        with closing(stream), self.out.open("a" if c.resume else "w") as f, self._sessions():
+        with closing(stream), self.lock, self.out.open("a" if c.resume else "w") as f, self._sessions():
             for record in stream:
                 if self.earlier and record["agent"] != self.earlier[0]["agent"]:
                     raise ValueError(
@@ -349,7 +354,8 @@ def check_reward_available(env: gym.Env) -> None:
 
 def records_file(out: str | Path | None, env_id: str, agent: str, what: str) -> Path:
     """``out``, or where a run's (or a comparison's) records go when no file is given:
-    ``runs/ENV-AGENT-WHAT.jsonl``; its folder is made."""
-    out = Path(out) if out else Path("runs") / f"{env_id.split('/')[-1]}-{agent.split(':')[0]}-{what}.jsonl"
+    ``runs/NAMESPACE/ENV/AGENT-WHAT.jsonl``, each name made safe (:func:`~envace_gym.records.safe_name`), so
+    that two envs, agents or dynamics never share a file; its folder is made."""
+    out = Path(out) if out else Path("runs") / id_path(env_id) / f"{safe_name(agent)}-{what}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     return out

@@ -98,11 +98,9 @@ def collect(paths: list[str | Path]) -> dict:
     ``eval`` output folders (their runs' records and world-model calls)."""
     data: dict = {"episodes": [], "calls": [], "training": []}
     for path in map(Path, paths):
-        if path.is_dir() and (path / "results.json").is_file():  # an eval's folder
-            paths_in = sorted((path / "records").glob("*.jsonl")) + sorted((path / "world").glob("*.jsonl"))
-            inner = collect(paths_in)
-            data["episodes"] += inner["episodes"]
-            data["calls"] += inner["calls"]
+        if path.is_dir() and (path / "results.json").is_file():  # an eval's folder: records/ENV/..., world/ENV/...
+            for file in sorted((path / "records").rglob("*.jsonl")) + sorted((path / "world").rglob("*.jsonl")):
+                _add(data, file, str(file.relative_to(path)))
             continue
         if path.is_dir():
             metrics = path / "metrics.jsonl"
@@ -111,12 +109,17 @@ def collect(paths: list[str | Path]) -> dict:
             rows = records.rows(metrics)
             data["training"].append({"name": str(path), "steps": len(rows), "svg": _training_svg(rows, str(path))})
             continue
-        for r in records.rows(path):
-            if "rehearsed" in r and "real" in r and "tool" in r:
-                data["calls"].append(_call(r, path.name))
-            else:
-                data["episodes"].append(_episode(r, path.name))
+        _add(data, path, path.name)
     return data
+
+
+def _add(data: dict, path: Path, source: str) -> None:
+    """The records of a ``run`` or ``compare`` file into ``data``, each labelled with ``source``."""
+    for r in records.rows(path):
+        if "rehearsed" in r and "real" in r and "tool" in r:
+            data["calls"].append(_call(r, source))
+        else:
+            data["episodes"].append(_episode(r, source))
 
 
 def _standard(value):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,12 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 
 
-@pytest.fixture(scope="module")
-def checks(tiny) -> list[dict]:
+def run_checks(arg: str) -> list[dict]:
     if not VERL_PYTHON.exists():
         pytest.skip(f"no verl venv at {VERL_PYTHON.parent.parent}: `make setup` makes it")
     done = subprocess.run(
-        [str(VERL_PYTHON), str(ROOT / "tests" / "verl_loop.py"), str(tiny)],
+        [str(VERL_PYTHON), str(ROOT / "tests" / "verl_loop.py"), arg],
         capture_output=True,
         text=True,
         timeout=600,
@@ -28,6 +28,17 @@ def checks(tiny) -> list[dict]:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def checks(tiny) -> list[dict]:
+    return run_checks(str(tiny))
+
+
+@pytest.fixture(scope="module")
+def batch_checks() -> dict[str, dict]:
+    """The estimator on batches with one thing wrong (no model: verl's import is most of it)."""
+    return {c["case"]: c for c in run_checks("--batch")}
 
 
 @pytest.mark.slow
@@ -56,6 +67,34 @@ def test_role_wise_advantages_in_verl_equal_the_trainers_and_the_hook_serves_the
     advantages = [c for c in checks if c["check"] == "advantages"]
     assert [(c["case"], c["same"], c["nonzero"]) for c in advantages] == [("episode", True, True), ("row", True, True)]
     assert [c["same"] for c in checks if c["check"] == "hook"] == [True]
+
+
+@pytest.mark.parametrize("case", ["nan reward", "inf reward"])
+def test_a_non_finite_reward_leaves_its_row_out_as_the_trainer_leaves_out_a_failed_reward(batch_checks, case):
+    c = batch_checks[case]
+    assert c["error"] is None and c["finite"] and c["left_out"] and c["rest"], c
+    assert c["warned"] == ["1 of 4 rows have a non-finite reward: left out (advantage 0)"], c
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("index short", "index has 3 entries for a batch of 4 rows"),
+        ("envace_roles short", "envace_roles has 3 entries for a batch of 4 rows"),
+        ("envace_generations long", "envace_generations has 5 entries for a batch of 4 rows"),
+        ("response_mask short", r"response_mask is Tensor \[3, 4\], token_level_rewards \[4, 4\]"),
+        ("index row missing", r"index\[2\] is missing"),
+        ("envace_roles row missing", r"envace_roles\[2\] must be a list of role ids, got NoneType"),
+        ("envace_generations row missing", r"envace_generations\[2\] must map act and rehearse to counts"),
+        ("envace_roles row too long", r"envace_roles\[0\] has 5 roles for 4 response tokens"),
+        ("envace_roles row not roles", r"envace_roles\[0\] holds ids that are no role's: \[0, 1, 7\]"),
+        ("envace_generations key missing", "needs the envace loop's envace_generations"),
+        ("uid key missing", r"needs the batch's group index \(verl's uid\)"),
+    ],
+)
+def test_a_malformed_batch_is_a_value_error_naming_the_field(batch_checks, case, message):
+    error = batch_checks[case]["error"]
+    assert error and error.startswith("ValueError: ") and re.search(message, error), error
 
 
 @pytest.mark.slow

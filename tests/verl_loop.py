@@ -1,4 +1,5 @@
-"""The envace agent loop under verl 0.9.1 (run in .venv-verl by tests/test_verl.py; argv[1]: a tiny model).
+"""The envace agent loop under verl 0.9.1 (run in .venv-verl by tests/test_verl.py; argv[1]: a tiny model,
+or ``--batch`` for the estimator's checks of untrusted batches alone, which need no model).
 
 Each check prints one JSON line; the test reads them. A server manager backed by the tiny model (greedy,
 so deterministic) serves the loop; the project's own ``collect`` with the same model is the reference.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -160,4 +162,98 @@ async def main():
     emit(check="hook", same=bool(torch.allclose(data.batch["advantages"], got)))
 
 
-asyncio.run(main())
+def batch_checks():
+    """The estimator, as verl calls it, on a batch with one thing wrong: a non-finite reward leaves its row
+    out (the rest equal the batch without it), anything malformed is a ValueError."""
+    from verl import DataProto
+    from verl.trainer.ppo import core_algos, ray_trainer
+
+    estimator = core_algos.get_adv_estimator_fn(envace_verl.ESTIMATOR)
+    c, a, r = ROLE_IDS["context"], ROLE_IDS["act"], ROLE_IDS["rehearse"]
+
+    def batch():
+        roles = [[c, a, a, r], [c, a, r, r], [c, a, a], [c, a, r, c]]
+        return {
+            "token_level_rewards": torch.tensor([[0, 0, 0, 1.0], [0, 0, 0, 0.5], [0, 0, 0, 0], [0, 0, 0, 0.25]]),
+            "response_mask": torch.tensor([[0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 0], [0, 1, 1, 0]]).float(),
+            "index": np.array(["g0", "g0", "g0", "g1"], dtype=object),
+            "envace_roles": np.array(roles, dtype=object),
+            "envace_generations": np.array([{"act": 2, "rehearse": 1}] * 3 + [{"act": 1}], dtype=object),
+        }
+
+    def call(b):
+        fields = ("envace_roles", "envace_generations")
+        non_tensor = {k: b[k] for k in fields if k in b}
+        return estimator(b["token_level_rewards"], b["response_mask"], b["index"], {}, non_tensor)[0]
+
+    def without(b, row):
+        return {k: v[[i for i in range(len(v)) if i != row]] for k, v in b.items()}
+
+    def set_row(field, row, value):
+        def change(b):
+            b[field][row] = value
+
+        return change
+
+    def resize(field, n):
+        def change(b):
+            b[field] = b[field][:n] if n <= len(b[field]) else np.concatenate([b[field], b[field][-1:]])
+
+        return change
+
+    for case, value in [("nan reward", float("nan")), ("inf reward", float("inf"))]:
+        b = batch()
+        b["token_level_rewards"][1, 3] = value
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = call(b)
+        want = call(without(batch(), 1))
+        emit(
+            check="batch",
+            case=case,
+            error=None,
+            finite=bool(got.isfinite().all()),
+            left_out=bool((got[1] == 0).all()),
+            rest=bool(torch.allclose(got[[0, 2, 3]], want) and want.abs().sum() > 0),
+            warned=[str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
+        )
+    cases = {
+        "index short": resize("index", 3),
+        "envace_roles short": resize("envace_roles", 3),
+        "envace_generations long": resize("envace_generations", 5),
+        "response_mask short": resize("response_mask", 3),
+        "index row missing": set_row("index", 2, None),
+        "envace_roles row missing": set_row("envace_roles", 2, None),
+        "envace_generations row missing": set_row("envace_generations", 2, None),
+        "envace_roles row too long": set_row("envace_roles", 0, [c, a, a, r, r]),
+        "envace_roles row not roles": set_row("envace_roles", 0, [c, a, 7]),
+        "envace_generations key missing": lambda b: b.pop("envace_generations"),
+    }
+    for case, change in cases.items():
+        b = batch()
+        change(b)
+        try:
+            call(b)
+            error = None
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        emit(check="batch", case=case, error=error)
+    # through verl's own compute_advantage, once install ran: a batch without verl's group uid
+    envace_verl.install()
+    b = batch()
+    data = DataProto.from_dict(
+        tensors={k: b[k] for k in ("token_level_rewards", "response_mask")},
+        non_tensors={k: b[k] for k in ("envace_roles", "envace_generations")},
+    )
+    try:
+        ray_trainer.compute_advantage(data, envace_verl.ESTIMATOR, config={})
+        error = None
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    emit(check="batch", case="uid key missing", error=error)
+
+
+if sys.argv[1] == "--batch":
+    batch_checks()
+else:
+    asyncio.run(main())

@@ -11,7 +11,7 @@ from rich.table import Table
 
 import envace_gym
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, SPLIT, TASK_IDS, given_env
-from envace_gym.cli.output import console, user_errors
+from envace_gym.cli.output import console, styled, user_errors
 from envace_gym.registration import resolve_env
 from envace_gym.runs import env_kwargs, user_option
 
@@ -159,8 +159,12 @@ def serve(
     )
     if not is_loopback(host) and token is None:
         console.print(
-            f"[yellow]warning:[/yellow] {host} is reachable from other machines and no --token is set: "
-            "anyone who can reach the port can play episodes and make the env's real tool calls",
+            styled(
+                "warning:",
+                f" {host} is reachable from other machines and no --token is set: "
+                "anyone who can reach the port can play episodes and make the env's real tool calls",
+                "yellow",
+            ),
             soft_wrap=True,
         )
     run_server(server, host, port)

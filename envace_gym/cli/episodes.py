@@ -18,7 +18,7 @@ from rich.table import Table
 
 from envace_gym import agents
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
-from envace_gym.cli.output import console, fail, progress, user_errors
+from envace_gym.cli.output import console, fail, progress, styled, user_errors
 from envace_gym.compare import METRICS, compare_calls, plot, summarize
 from envace_gym.records import write_record
 from envace_gym.registration import resolve_env
@@ -57,8 +57,10 @@ def run(options: dict, env_id: str | None, env: str | None) -> None:
                     advance(f"[red]{failures} failed[/red]" if failures else "")
                     if record["ended_by"] in ("agent_error", "worker_error"):
                         console.print(
-                            f"[red]task {escape(record['task_id'])} (seed {record['seed']}) failed:[/red] "
-                            f"{escape(' '.join(record['error'].split()))}",
+                            styled(
+                                f"task {record['task_id']} (seed {record['seed']}) failed:",
+                                " " + " ".join(record["error"].split()),
+                            ),
                             soft_wrap=True,
                         )
             except KeyboardInterrupt:
@@ -161,8 +163,11 @@ def print_run(job: Run, records: list[dict]) -> None:
     failed = [r for r in records if r.get("error")]
     if failed:  # their reward 0 is no score: say so, and exit non-zero
         console.print(
-            f"[red]{len(failed)} of {len(records)} episodes failed[/red] (scored 0; each record's "
-            f"error says why), the first: {escape(' '.join(str(failed[0]['error']).split())[:300])}",
+            styled(
+                f"{len(failed)} of {len(records)} episodes failed",
+                " (scored 0; each record's error says why), the first: "
+                + " ".join(str(failed[0]["error"]).split())[:300],
+            ),
             soft_wrap=True,
         )
         raise typer.Exit(1)
@@ -209,12 +214,10 @@ def compare(
         out = records_file(out, env_id, agent, "compare")
     records, failed = [], []
     with user_errors(), out.open("w") as f:
-        for record in track(stream, total=None, description=f"{env_id} {agent} vs real", console=console):
+        for record in track(stream, total=None, description=escape(f"{env_id} {agent} vs real"), console=console):
             if record.get("tool") is None:  # an episode whose worker kept failing
                 failed.append(record)
-                console.print(
-                    f"[red]task {escape(record['task_id'])} failed:[/red] {escape(record['error'])}", soft_wrap=True
-                )
+                console.print(styled(f"task {record['task_id']} failed:", f" {record['error']}"), soft_wrap=True)
                 continue
             write_record(f, record)
             records.append(record)
@@ -234,7 +237,7 @@ def compare(
     console.print(f"{len(records)} calls · records in {out} · plot in {png}")
     console.print(f"view them: envace-gym view {out}", soft_wrap=True)
     if failed:
-        console.print(f"[red]{len(failed)} episodes failed[/red] and left no calls", soft_wrap=True)
+        console.print(styled(f"{len(failed)} episodes failed", " and left no calls"), soft_wrap=True)
         raise typer.Exit(1)
 
 

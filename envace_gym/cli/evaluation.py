@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
 
 from envace_gym.cli.output import console, progress, user_errors
-from envace_gym.evaluation import EvalConfig, Evaluation, markdown, plot
+from envace_gym.evaluation import EvalConfig, Evaluation, markdown
 
 
 def evaluate(options: dict) -> None:
@@ -29,9 +28,6 @@ def evaluate(options: dict) -> None:
                         for record in run:
                             failures += bool(record.get("error"))
                             advance(f"[red]{failures} failed[/red]" if failures else "")
-                except KeyboardInterrupt:
-                    console.print(f"interrupted: the same command with --resume plays the rest ({config.out})")
-                    raise typer.Exit(130) from None
                 finally:
                     for env in run.envs:
                         env.close()
@@ -40,14 +36,17 @@ def evaluate(options: dict) -> None:
                 with progress(0, "world model: shadow episodes", "calls") as advance:
                     world = evaluation.world_rows(on_call=advance)
             results = evaluation.results(world)
+            paths = evaluation.write(results)
+        except KeyboardInterrupt:
+            console.print(
+                f"interrupted: no results written; the same command with --resume plays the rest "
+                f"({config.out})",
+                soft_wrap=True,
+            )
+            raise typer.Exit(130) from None
         finally:
             evaluation.close()
-    out = evaluation.out
-    (out / "results.json").write_text(results.model_dump_json(indent=1))
-    table = markdown(results)
-    (out / "results.md").write_text(table)
-    plot(results, out / "results.png")
-    console.print(escape(table), soft_wrap=True)
-    console.print(f"results in {out / 'results.json'}, {out / 'results.md'}, {out / 'results.png'}")
+    console.print(markdown(results), soft_wrap=True)
+    console.print(f"results in {', '.join(map(str, paths))}", soft_wrap=True)
     if failures:
         raise typer.Exit(1)

@@ -11,11 +11,18 @@ import gymnasium as gym
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from envace_gym.openai_client import ModelServerError
 
-# a pipe gets the whole table (rich's default there is 80 columns), a terminal its own width
-console = Console(width=None if sys.stdout.isatty() else 250)
+# a pipe gets the whole table (rich's default there is 80 columns), a terminal its own width. Markup is
+# off: names (env and task ids, paths, errors) print as they are, and colour comes only from styled()
+console = Console(width=None if sys.stdout.isatty() else 250, markup=False)
+
+
+def styled(head: str, rest: str = "", style: str = "red") -> Text:
+    """``head`` in ``style`` followed by ``rest``, both printed as they are (never read as markup)."""
+    return Text.assemble((head, style), rest)
 
 # what a user's names, paths, files, options and servers can make go wrong
 USER_ERRORS = (ValueError, KeyError, TypeError, OSError, ImportError, ModelServerError, gym.error.Error)
@@ -23,7 +30,7 @@ USER_ERRORS = (ValueError, KeyError, TypeError, OSError, ImportError, ModelServe
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``message`` as one error line and exit."""
-    console.print(f"[red]error:[/red] {escape(' '.join(message.split()))}", soft_wrap=True)
+    console.print(styled("error:", " " + " ".join(message.split())), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -43,7 +50,8 @@ def user_errors(*more: type[Exception]):
 @contextmanager
 def progress(total: int, description: str, unit: str):
     """A progress bar of ``total`` items with their rate; yields ``advance(note="", step=1)``, the note
-    (failures, the last reward, the turn being played) shown beside it (``step=0``: the note only)."""
+    (failures, the last reward, the turn being played; rich markup) shown beside it (``step=0``: the note
+    only). The description is printed as it is, names and all."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -55,7 +63,7 @@ def progress(total: int, description: str, unit: str):
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task(description, total=total, note="")
+        task = bar.add_task(escape(description), total=total, note="")
 
         def advance(note: str = "", step: int = 1) -> None:
             done = bar.tasks[task].completed + step

@@ -12,7 +12,7 @@ import gymnasium as gym
 import typer
 
 from envace_gym.cli.options import ALL_IS_NONE, COMMAS, DEFAULT_ENV, Given, config_from, param
-from envace_gym.cli.output import console, progress, user_errors
+from envace_gym.cli.output import console, progress, styled, user_errors
 from envace_gym.registration import resolve_env
 from envace_gym.training.config import ROLES, SFTConfig, TrainConfig
 
@@ -61,14 +61,12 @@ def train(options: dict, resume: bool) -> None:
     for record in records:
         evaluated = f" · eval reward {_value(record['eval/reward'])}" if "eval/reward" in record else ""
         errors = f" · {record['reward_errors']} episodes left out (reward error)" if record["reward_errors"] else ""
-        flat = (
-            " · [yellow]every group scored alike: nothing learnt[/yellow]"
-            if record.get("flat_groups") and record["flat_groups"] == config.tasks_per_step
-            else ""
-        )
+        flat = record.get("flat_groups") and record["flat_groups"] == config.tasks_per_step
         console.print(
             f"step {record['step']}: reward {_spread(record)}{evaluated} · "
-            f"{record['tokens_per_s']:.0f} tokens/s{errors}{flat}"
+            f"{record['tokens_per_s']:.0f} tokens/s{errors}",
+            styled(" · every group scored alike: nothing learnt", style="yellow") if flat else "",
+            sep="",
         )
     say_where(config)
 

@@ -17,10 +17,21 @@ from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.compare import compare_calls
 from envace_gym.evaluation.benchmarks import PAPER, Benchmark, domain_name, own_benchmark
-from envace_gym.evaluation.results import WORLD_METRICS, BenchmarkResult, EvalResults, WorldModelRow, overall, reported
-from envace_gym.records import RunRecord, write_record
+from envace_gym.evaluation.results import (
+    WORLD_METRICS,
+    BenchmarkResult,
+    EvalResults,
+    WorldModelRow,
+    markdown,
+    overall,
+    plot,
+    reported,
+)
+from envace_gym.records import OutputLock, RunRecord, id_path, safe_name, write_record
+from envace_gym.registration import resolve_env
 from envace_gym.runs import Run, RunConfig, given_ids
 from envace_gym.settings import check_least, setting
+from envace_gym.specs import parse_spec
 
 
 @dataclass
@@ -59,13 +70,19 @@ def benchmarks(suites: list[str]) -> list[Benchmark]:
     (registered here), is a benchmark of its own."""
     chosen: dict[str, list[str]] = {}
     own: dict[str, Benchmark] = {}
-    for name in given_ids(suites):
+    names = given_ids(suites)
+    files = {Path(n).resolve() for n in names if n.endswith((".json", ".jsonl"))}
+    stems = Counter(f.stem for f in files)
+    for name in names:
         if name.endswith((".json", ".jsonl")):
             if not Path(name).is_file():
                 raise ValueError(f"no FinMCP-Bench file at {name!r}")
             from envace_gym.envs.mcp import register_finmcp
 
-            name = register_finmcp(name)
+            file = Path(name).resolve()
+            name = register_finmcp(file, distinct=stems[file.stem] > 1)
+        elif name != "paper" and resolve_env(name) not in gym.registry:
+            raise ValueError(f"unknown suite {name!r}: give paper, a registered env id (envace-gym list) or a file")
         for b in PAPER if name == "paper" else [next((b for b in PAPER if name in b.env_ids), None)]:
             if b is None:
                 own.setdefault(name, own_benchmark(name))
@@ -86,11 +103,19 @@ class Evaluation:
 
     def __init__(self, config: EvalConfig):
         self.config = config
+        for spec in (config.user, config.judge):
+            if spec is not None:
+                parse_spec(spec, "")  # MODEL@BASE_URL, checked before any env is made
         self.benchmarks = benchmarks(config.suites)
         if config.workers and any(e.startswith("finmcp/") for b in self.benchmarks for e in b.env_ids):
             raise ValueError("--workers: Ray workers cannot see a FinMCP file's id; register it in a PATH.py:ID module")
         self.out = Path(config.out)
-        (self.out / "records").mkdir(parents=True, exist_ok=True)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lock = OutputLock(self.out).acquire()  # one eval per folder, until close()
+        # what this eval rewrites goes first: after an interruption no older results sit beside new records
+        for old in [*(self.out / f"results.{ext}" for ext in ("json", "md", "png")), *self.out.glob("world/**/*.jsonl")]:
+            old.unlink(missing_ok=True)
+        (self.out / "records").mkdir(exist_ok=True)
         self.skipped: dict[str, dict[str, str]] = {b.name: {} for b in self.benchmarks}
         self.played: dict[tuple[str, int], dict[str, Path]] = {}  # (benchmark, rehearse) -> records by env id
         self.left_out: dict[str, str] = {}  # envs without a world-model row, and why
@@ -111,10 +136,34 @@ class Evaluation:
         return model.bind(env) if model else agents.load(name, env=env, **(self.config.agent_kwargs if own else {}))
 
     def close(self) -> None:
-        """Stop the kept model's engine (a vLLM agent's worker processes), if it has one."""
+        """Stop the kept model's engine (a vLLM agent's worker processes), if it has one, and release the
+        output folder."""
         close = getattr(self.model, "close", None)
-        if close:
-            close()
+        try:
+            if close:
+                close()
+        finally:
+            self.lock.release()
+
+    def write(self, results: EvalResults) -> list[Path]:
+        """Write ``results.json``, ``results.md`` and ``results.png`` in the output folder, each whole or
+        not at all (written aside, then renamed into place); their paths."""
+        paths = [self.out / f"results.{ext}" for ext in ("json", "md", "png")]
+        for path, write in zip(
+            paths,
+            (
+                lambda p: p.write_text(results.model_dump_json(indent=1)),
+                lambda p: p.write_text(markdown(results)),
+                lambda p: plot(results, p),
+            ),
+        ):
+            aside = path.with_name(f".{path.name}.part{path.suffix}")
+            try:
+                write(aside)
+                aside.replace(path)
+            finally:
+                aside.unlink(missing_ok=True)
+        return paths
 
     def run_config(self, benchmark: Benchmark, env_id: str, rehearse: int = 0) -> RunConfig:
         c = self.config
@@ -132,12 +181,13 @@ class Evaluation:
             rehearsal_budget=rehearse,
             workers=c.workers,
             resume=c.resume,
-            out=str(self.out / "records" / f"{domain_name(env_id)}-{kind}.jsonl"),
+            out=str(self.out / "records" / id_path(env_id) / f"{kind}.jsonl"),
         )
 
     def runs(self) -> Iterator[tuple[Benchmark, Run | None]]:
         """Each env's run, set up (and checked) in turn, plain then under private rehearsal: ``(benchmark,
         run)``; an env that cannot run here is recorded in ``skipped`` with the reason and yields no run."""
+        made = False
         for rehearse in (0, self.config.rehearse) if self.config.rehearse else (0,):
             for b in self.benchmarks:
                 files = self.played.setdefault((b.name, rehearse), {})
@@ -151,7 +201,11 @@ class Evaluation:
                         self.skipped[b.name][env_id] = " ".join(str(e).split())[:300]
                         continue
                     files[env_id] = run.out
+                    made = True
                     yield b, run
+        if not made:  # an error that applies to every env: nothing would be measured
+            reasons = {why for skipped in self.skipped.values() for why in skipped.values()}
+            raise ValueError(f"no env could run: {sorted(reasons)[0] if len(reasons) == 1 else '; '.join(sorted(reasons))}")
 
     def world_rows(self, on_call: Callable[[], None] | None = None) -> list[WorldModelRow]:
         """The world-model table: per benchmark with a world, the agent, the oracle and knn each rehearsing
@@ -188,7 +242,8 @@ class Evaluation:
             actor = self._load("oracle" if gold else c.agent, env)
             world = self._load(rehearser, env)
             out = []
-            path = self.out / "world" / f"{domain_name(env_id)}-{rehearser.split(':')[0]}.jsonl"
+            path = self.out / "world" / id_path(env_id) / f"{safe_name(rehearser)}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("w") as f:
                 for record in compare_calls(env, actor, world, tasks, failures=failures):
                     write_record(f, record)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from typing import Any
 from uuid import uuid4
 
@@ -182,26 +183,77 @@ def role_advantages(
     (:func:`~envace_gym.training.grpo.token_advantages`), one baseline per role within each group
     (``index``: verl's group uid), over the episode's reward (the sum of its token-level rewards).
     ``roles[b]`` are the loop's ``envace_roles`` of row b, ``generations[b]`` its
-    ``envace_generations``; a token past them (padding) gets advantage 0."""
+    ``envace_generations``; a token past them (padding) gets advantage 0.
+
+    The batch is checked: a field of another length than the batch, a missing row, a role id that is
+    not one or more roles than response tokens is a ``ValueError`` naming it. A row whose reward is not
+    finite is left out, as the Trainer leaves out an episode whose reward failed: advantage 0, and in
+    no baseline (a ``RuntimeWarning`` counts them)."""
+    _check_batch(token_level_rewards, response_mask, index, roles, generations)
     rewards = token_level_rewards.sum(-1)
     _, groups = np.unique(np.asarray(index, dtype=str), return_inverse=True)
     role_ids = torch.zeros(response_mask.shape, dtype=torch.long)
     for b, row in enumerate(roles):
-        n = min(len(row), role_ids.shape[1])
-        role_ids[b, :n] = torch.as_tensor(list(row[:n]), dtype=torch.long)
-    counts = {role: torch.tensor([int(g.get(role, 0)) for g in generations]) for role in ("act", "rehearse")}
+        role_ids[b, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+    finite = rewards.isfinite()
+    if not finite.all():
+        warnings.warn(
+            f"{int((~finite).sum())} of {len(finite)} rows have a non-finite reward: left out (advantage 0)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    rewards = torch.where(finite, rewards, torch.zeros_like(rewards))
+    counts = {role: torch.tensor([int(g.get(role, 0)) for g in generations]) * finite for role in ("act", "rehearse")}
     advantages = token_advantages(rewards, torch.as_tensor(groups), role_ids, counts, baseline, scale)
     advantages = advantages * response_mask
     return advantages, advantages
 
 
+def _check_batch(token_level_rewards, response_mask, index, roles, generations) -> None:
+    """A ``ValueError`` naming the first field of the batch that is not what :func:`role_advantages`
+    takes."""
+    if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
+        raise ValueError(f"token_level_rewards must be a [B, T] tensor, got {_shape(token_level_rewards)}")
+    size, width = token_level_rewards.shape
+    if not isinstance(response_mask, torch.Tensor) or response_mask.shape != token_level_rewards.shape:
+        raise ValueError(f"response_mask is {_shape(response_mask)}, token_level_rewards [{size}, {width}]")
+    for name, field in (("index", index), ("envace_roles", roles), ("envace_generations", generations)):
+        if field is None or isinstance(field, (str, bytes, dict)) or not hasattr(field, "__len__"):
+            raise ValueError(f"{name} must hold one entry per row of the batch ({size}), got {_shape(field)}")
+        if len(field) != size:
+            raise ValueError(f"{name} has {len(field)} entries for a batch of {size} rows")
+    for b in range(size):
+        if index[b] is None:
+            raise ValueError(f"index[{b}] is missing")
+        row = roles[b]
+        ids = np.asarray(list(row)) if isinstance(row, (list, tuple, np.ndarray)) else None
+        if ids is None or ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"envace_roles[{b}] must be a list of role ids, got {_shape(row)}")
+        if len(ids) > width:
+            raise ValueError(f"envace_roles[{b}] has {len(ids)} roles for {width} response tokens")
+        if not np.isin(ids, list(ROLE_IDS.values())).all():
+            raise ValueError(f"envace_roles[{b}] holds ids that are no role's: {sorted(set(ids.tolist()))}")
+        counts = generations[b]
+        values = [counts.get(role, 0) for role in ("act", "rehearse")] if isinstance(counts, dict) else [None]
+        if not all(isinstance(v, (int, np.integer)) and v >= 0 for v in values):
+            raise ValueError(f"envace_generations[{b}] must map act and rehearse to counts, got {counts!r:.80}")
+
+
+def _shape(value) -> str:
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} {list(shape)}" if shape is not None else type(value).__name__
+
+
 @core_algos.register_adv_est(ESTIMATOR)
 def _estimator(token_level_rewards, response_mask, index=None, config=None, non_tensor_batch=None, **_):
-    if non_tensor_batch is None or "envace_roles" not in non_tensor_batch:
+    missing = [k for k in ("envace_roles", "envace_generations") if k not in (non_tensor_batch or {})]
+    if missing:
         raise ValueError(
-            f"the {ESTIMATOR} estimator needs the envace loop's roles: call "
+            f"the {ESTIMATOR} estimator needs the envace loop's {' and '.join(missing)}: call "
             "envace_gym.integrations.verl.install() in the trainer's process, and play with the envace loop"
         )
+    if index is None:
+        raise ValueError(f"the {ESTIMATOR} estimator needs the batch's group index (verl's uid)")
     scale = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
     baseline = "episode" if config is None else config.get("envace_baseline", "episode")
     return role_advantages(
@@ -233,7 +285,7 @@ def install() -> None:
         advantages, returns = _estimator(
             data.batch["token_level_rewards"],
             data.batch["response_mask"],
-            index=data.non_tensor_batch["uid"],
+            index=data.non_tensor_batch.get("uid"),
             config=config,
             non_tensor_batch=data.non_tensor_batch,
         )

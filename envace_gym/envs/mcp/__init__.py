@@ -8,10 +8,13 @@ env = make_env(None, tasks=load_finmcp("finmcp.jsonl"), dynamics="replay")      
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import gymnasium as gym
 
 from envace_gym.envs.mcp.runtime import Http, InProcess, ServerError, Stdio
 from envace_gym.envs.mcp.suite import MCPEnv, MCPSuite, function_schema
@@ -44,14 +47,26 @@ def make_env(server: Any, tasks: str | Path | Sequence[Task | dict | str], **kwa
     return MCPEnv(MCPSuite(as_tasks(tasks), server, **options), owns_suite=True, **kwargs)
 
 
-def register_finmcp(path: str | Path) -> str:
-    """Register a FinMCP-Bench file (see :func:`~envace_gym.envs.mcp.tasks.load_finmcp`) as the id
-    ``finmcp/STEM-v0``, its tasks played offline on their recordings; the id is returned."""
+def register_finmcp(path: str | Path, distinct: bool = False) -> str:
+    """Register a FinMCP-Bench file (see :func:`~envace_gym.envs.mcp.tasks.load_finmcp`) as an id, its
+    tasks played offline on their recordings; the id is returned. It is ``finmcp/STEM-v0``, or, where that
+    id is another file's (or ``distinct``: other files given with it share its name), ``finmcp/STEM-HASH-v0``
+    with a hash of the file's path. An id is never taken from another file or registration: a ValueError."""
+    from envace_gym.records import safe_name
     from envace_gym.registration import register_factory
 
-    env_id = f"finmcp/{Path(path).stem}-v0"
+    path = Path(path).resolve()
+    env_id = f"finmcp/{safe_name(path.stem)}-v0"
+    if distinct or _FINMCP_FILES.get(env_id, path) != path:
+        env_id = f"finmcp/{safe_name(path.stem)}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}-v0"
+    if _FINMCP_FILES.get(env_id, path) != path or (env_id not in _FINMCP_FILES and env_id in gym.registry):
+        raise ValueError(f"{env_id} is already registered for {_FINMCP_FILES.get(env_id, 'another env')}")
     register_factory(env_id, partial(make_env, None, load_finmcp(path), name=env_id))
+    _FINMCP_FILES[env_id] = path
     return env_id
+
+
+_FINMCP_FILES: dict[str, Path] = {}  # the ids register_finmcp gave, and their files
 
 
 __all__ = [
