@@ -27,7 +27,7 @@ from envace_gym.records import OutputLock, id_path, resume_records, safe_name, w
 from envace_gym.registration import resolve_env
 from envace_gym.rewards import REWARDS, SPEC_REWARDS
 from envace_gym.runner import make_envs, run_batched
-from envace_gym.settings import check_least, setting
+from envace_gym.settings import COUNT, NONNEGATIVE, SEED, SHARE, check_settings, setting
 from envace_gym.specs import parse_spec
 
 REWARD_NAMES = ", ".join([*REWARDS, *(f"{prefix}:MODEL@BASE_URL" for prefix in SPEC_REWARDS)])
@@ -97,10 +97,18 @@ class RunConfig:
     )
     token: str | None = setting(None, "With --url: the server's token (serve --token; default: $ENVACE_SERVE_TOKEN).")
     resume: bool = setting(False, "Keep the records already in --out and play only the episodes they lack.")
-    out: str | None = setting(None, "JSONL file for the records (default: runs/ENV-AGENT-DYNAMICS.jsonl).")
+    out: str | None = setting(None, "JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-DYNAMICS.jsonl).")
 
     def __post_init__(self):
-        check_least(1, vars(self), ("repeats", "batch", "limit", "workers"), as_options=True)
+        check_settings(
+            self,
+            {
+                COUNT: ("max_turns", "repeats", "batch", "limit", "rehearsal_horizon", "workers"),
+                NONNEGATIVE: ("rehearsal_budget",),
+                SHARE: ("p_real",),
+                SEED: ("seed",),
+            },
+        )
 
     @property
     def rehearsal(self) -> dict:

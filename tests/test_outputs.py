@@ -88,7 +88,8 @@ def test_an_id_is_never_taken_from_another_file_or_registration(tmp_path):
     ],
 )
 def test_an_eval_that_can_measure_nothing_is_one_line_and_exit_2(tmp_path, args, says):
-    argv = ["eval", "--suites", OFFICE, "--limit", "1", "--out", str(tmp_path), *args]
+    suites = [] if "--suites" in args else ["--suites", OFFICE]
+    argv = ["eval", *suites, "--limit", "1", "--out", str(tmp_path), *args]
     result = runner.invoke(app, argv)
     assert result.exit_code == 2, result.output
     (line,) = result.output.strip().splitlines()

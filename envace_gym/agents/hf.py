@@ -11,26 +11,42 @@ from pathlib import Path
 from envace_gym.agents.prompting import Generation, TokenAgent, completion
 from envace_gym.cache import cache_dir as default_cache_dir
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
+from envace_gym.settings import COUNT, NONNEGATIVE, Range, check_number
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PLAY_SETTINGS = "envace.json"  # in a checkpoint of `train`: the env, turn limit and tokens per turn it trained with
+MAX_PLAY_TURNS = 1000  # the most turns a checkpoint's play settings may set (more is cut to it)
+MAX_PLAY_TOKENS = 32_768  # the most tokens per turn they may set for a model whose context length is not known
 
 
 def play_settings(path: str | Path) -> dict:
     """What a checkpoint was trained to play with (``env_id``, ``max_turns``, ``max_new_tokens``);
-    empty for a model that is not a ``train`` checkpoint, or whose file is not such an object."""
+    empty for a model that is not a ``train`` checkpoint, or whose file is not such an object.
+    The numbers are bounded: turns by :data:`MAX_PLAY_TURNS`, tokens by the model's context length
+    (its ``config.json``'s ``max_position_embeddings``, else :data:`MAX_PLAY_TOKENS`)."""
     try:
         settings = json.loads((Path(path) / PLAY_SETTINGS).read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(settings, dict):
         return {}
-    return {
-        k: v
-        for k, v in settings.items()
-        if (k == "env_id" and isinstance(v, str))
-        or (k in ("max_turns", "max_new_tokens") and isinstance(v, int) and not isinstance(v, bool) and v > 0)
-    }
+    bounds = {"max_turns": MAX_PLAY_TURNS, "max_new_tokens": context_length(path) or MAX_PLAY_TOKENS}
+    out = {"env_id": settings["env_id"]} if isinstance(settings.get("env_id"), str) else {}
+    for key, most in bounds.items():
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            out[key] = min(value, most)
+    return out
+
+
+def context_length(path: str | Path) -> int | None:
+    """The context length a model folder's ``config.json`` declares (``max_position_embeddings``); None
+    where it declares none."""
+    try:
+        value = json.loads((Path(path) / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class HFAgent(TokenAgent):
@@ -62,6 +78,11 @@ class HFAgent(TokenAgent):
         batch_size: int = 8,
         chat_template: str | None = None,
     ):
+        check_number("temperature", temperature, NONNEGATIVE)
+        check_number("top_p", top_p, Range(0, 1, above=True))
+        check_number("batch_size", batch_size, COUNT, whole=True)
+        if max_new_tokens is not None:
+            check_number("max_new_tokens", max_new_tokens, COUNT, whole=True)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 

@@ -190,7 +190,8 @@ def compare(
     ] = None,
     ray_address: RAY_ADDRESS = None,
     out: Annotated[
-        Optional[Path], typer.Option(help="JSONL file for the records (default: runs/ENV-AGENT-compare.jsonl).")
+        Optional[Path],
+        typer.Option(help="JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-compare.jsonl)."),
     ] = None,
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""

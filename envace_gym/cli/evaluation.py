@@ -39,8 +39,7 @@ def evaluate(options: dict) -> None:
             paths = evaluation.write(results)
         except KeyboardInterrupt:
             console.print(
-                f"interrupted: no results written; the same command with --resume plays the rest "
-                f"({config.out})",
+                f"interrupted: no results written; the same command with --resume plays the rest ({config.out})",
                 soft_wrap=True,
             )
             raise typer.Exit(130) from None

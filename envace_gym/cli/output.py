@@ -24,6 +24,7 @@ def styled(head: str, rest: str = "", style: str = "red") -> Text:
     """``head`` in ``style`` followed by ``rest``, both printed as they are (never read as markup)."""
     return Text.assemble((head, style), rest)
 
+
 # what a user's names, paths, files, options and servers can make go wrong
 USER_ERRORS = (ValueError, KeyError, TypeError, OSError, ImportError, ModelServerError, gym.error.Error)
 

@@ -16,7 +16,7 @@ import gymnasium as gym
 from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.compare import compare_calls
-from envace_gym.evaluation.benchmarks import PAPER, Benchmark, domain_name, own_benchmark
+from envace_gym.evaluation.benchmarks import PAPER, Benchmark, own_benchmark
 from envace_gym.evaluation.results import (
     WORLD_METRICS,
     BenchmarkResult,
@@ -30,7 +30,7 @@ from envace_gym.evaluation.results import (
 from envace_gym.records import OutputLock, RunRecord, id_path, safe_name, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.runs import Run, RunConfig, given_ids
-from envace_gym.settings import check_least, setting
+from envace_gym.settings import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.specs import parse_spec
 
 
@@ -60,8 +60,7 @@ class EvalConfig:
     out: str = setting("runs/eval", "Output folder: results.json, results.md, results.png, records/.")
 
     def __post_init__(self):
-        check_least(1, vars(self), ("trials", "limit", "workers"), as_options=True)
-        check_least(0, vars(self), ("rehearse",), as_options=True)
+        check_settings(self, {COUNT: ("trials", "limit", "max_turns", "workers"), NONNEGATIVE: ("rehearse",)})
 
 
 def benchmarks(suites: list[str]) -> list[Benchmark]:
@@ -113,7 +112,10 @@ class Evaluation:
         self.out.mkdir(parents=True, exist_ok=True)
         self.lock = OutputLock(self.out).acquire()  # one eval per folder, until close()
         # what this eval rewrites goes first: after an interruption no older results sit beside new records
-        for old in [*(self.out / f"results.{ext}" for ext in ("json", "md", "png")), *self.out.glob("world/**/*.jsonl")]:
+        for old in [
+            *(self.out / f"results.{ext}" for ext in ("json", "md", "png")),
+            *self.out.glob("world/**/*.jsonl"),
+        ]:
             old.unlink(missing_ok=True)
         (self.out / "records").mkdir(exist_ok=True)
         self.skipped: dict[str, dict[str, str]] = {b.name: {} for b in self.benchmarks}
@@ -205,7 +207,9 @@ class Evaluation:
                     yield b, run
         if not made:  # an error that applies to every env: nothing would be measured
             reasons = {why for skipped in self.skipped.values() for why in skipped.values()}
-            raise ValueError(f"no env could run: {sorted(reasons)[0] if len(reasons) == 1 else '; '.join(sorted(reasons))}")
+            raise ValueError(
+                f"no env could run: {sorted(reasons)[0] if len(reasons) == 1 else '; '.join(sorted(reasons))}"
+            )
 
     def world_rows(self, on_call: Callable[[], None] | None = None) -> list[WorldModelRow]:
         """The world-model table: per benchmark with a world, the agent, the oracle and knn each rehearsing

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from envace_gym.dynamics import get as get_dynamics
-from envace_gym.settings import check_least, setting
+from envace_gym.settings import COUNT, NONNEGATIVE, POSITIVE, SEED, check_settings, setting
 
 ROLES = ("act", "rehearse")  # the roles one model is trained in
 ROLES_HELP = "Roles trained: act,rehearse | act | rehearse."
 OUT_HELP = "Output folder: metrics.jsonl, metrics.png, step-N checkpoints."
 ENV_KWARGS_HELP = "KEY=VALUE: more gym.make arguments (repeat; values are JSON where they parse)."
+RESUMES = " May change on --resume."  # the help of a setting in RESUMABLE
 
 
 @dataclass
@@ -36,13 +38,13 @@ class TrainConfig:
     stop_after_flat_steps: int = setting(
         5,
         "Stop after this many steps in a row whose groups all scored alike "
-        "(zero advantages: nothing to learn; 0: never).",
+        "(zero advantages: nothing to learn; 0: never)." + RESUMES,
     )
     split: str | None = setting("train", "Training tasks' split; 'all' for suites without splits (BFCL).")
     eval_split: str | None = setting("test", "Evaluation tasks' split, or 'all'.")
     group_size: int = setting(4, "Episodes per task (GRPO group).")
     tasks_per_step: int = setting(2, "Tasks per step.")
-    steps: int = setting(10, "Training steps.")
+    steps: int = setting(10, "Training steps." + RESUMES)
     lr: float = setting(1e-5, "Learning rate.")
     warmup_steps: int = setting(0, "Steps of linear learning-rate warmup (from 0, before the linear decay).")
     epochs: int = setting(1, "Passes over each step's rollouts.")
@@ -63,40 +65,60 @@ class TrainConfig:
     rehearsal_format: str = setting(
         "inline", "inline (one row per episode) or prompted (a row per rehearse generation)."
     )
-    eval_every: int = setting(5, "Evaluate every N steps (0: never).")
+    eval_every: int = setting(5, "Evaluate every N steps (0: never)." + RESUMES)
     eval_tasks: int = setting(4, "Held-out tasks per evaluation.")
-    save_every: int = setting(5, "Checkpoint every N steps (0: only at the end).")
+    save_every: int = setting(5, "Checkpoint every N steps (0: only at the end)." + RESUMES)
     seed: int = setting(0, "Seed.")
-    tensorboard: bool = setting(True, "Also log the metrics as TensorBoard scalars in OUT/tensorboard.")
+    tensorboard: bool = setting(True, "Also log the metrics as TensorBoard scalars in OUT/tensorboard." + RESUMES)
     lora_rank: int = setting(0, "Train LoRA adapters of this rank on every linear layer (0: all weights).")
     bf16: bool = setting(False, "Forward passes under bf16 autocast (fp32 weights and optimizer).")
-    gradient_checkpointing: bool = setting(False, "Recompute activations in backward.")
+    gradient_checkpointing: bool = setting(False, "Recompute activations in backward." + RESUMES)
     minibatch_tokens: int = setting(
         0, "Pack minibatches up to this many padded tokens (0: minibatches of --minibatch rows)."
     )
     fsdp: bool = setting(
         False, "Shard weights, gradients and Adam states over the launched processes (torch FSDP2) instead of DDP."
     )
-    engine_kwargs: dict = setting({}, "KEY=VALUE for a vllm:PATH model's engine (vllm.LLM's arguments; repeat).")
+    engine_kwargs: dict = setting({}, "KEY=VALUE for a vllm:PATH model's engine (vllm.LLM's arguments; repeat)." + RESUMES)
     env_kwargs: dict = setting({}, ENV_KWARGS_HELP)
     rollout_workers: int = setting(
         0,
         "Step the rollout envs in this many Ray actors (users, judges, slow tools "
-        "in parallel); generation stays here (0: in this process).",
+        "in parallel); generation stays here (0: in this process)." + RESUMES,
     )
     ray_address: str | None = setting(
         None, "With --rollout-workers: a Ray cluster to join (auto, ray://HOST:PORT); default: a local Ray."
     )
 
     def __post_init__(self):
-        check_least(1, vars(self), ("steps", "group_size", "tasks_per_step", "epochs", "minibatch", "eval_tasks"))
-        check_least(
-            0,
-            vars(self),
-            ("warmup_steps", "eval_every", "save_every", "lora_rank", "minibatch_tokens", "rollout_workers"),
+        check_settings(
+            self,
+            {
+                COUNT: (
+                    "steps",
+                    "group_size",
+                    "tasks_per_step",
+                    "epochs",
+                    "minibatch",
+                    "eval_tasks",
+                    "max_turns",
+                    "max_new_tokens",
+                ),
+                NONNEGATIVE: (
+                    "warmup_steps",
+                    "eval_every",
+                    "save_every",
+                    "stop_after_flat_steps",
+                    "lora_rank",
+                    "minibatch_tokens",
+                    "rollout_workers",
+                    "kl_coef",
+                    "world_model_coef",
+                ),
+                POSITIVE: ("lr", "clip_eps", "temperature"),
+                SEED: ("seed",),
+            },
         )
-        if self.world_model_coef < 0:
-            raise ValueError(f"world_model_coef must be >= 0, got {self.world_model_coef}")
         if self.world_model_coef and get_dynamics(self.dynamics).answers not in ("world", "either"):
             raise ValueError(
                 f"world_model_coef learns from real tool responses: dynamics {self.dynamics!r} runs no real call "
@@ -123,20 +145,20 @@ class SFTConfig:
     split: str | None = setting("train", "Gold episodes' split, or 'all'.")
     eval_split: str | None = setting("test", "Held-out gold episodes' split, or 'all'.")
     roles: list[str] = setting(list(ROLES), ROLES_HELP)
-    epochs: int = setting(1, "Passes over the episodes (when --steps is not given).")
-    steps: int | None = setting(None, "Updates (default: epochs × episodes / batch).")
+    epochs: int = setting(1, "Passes over the episodes (when --steps is not given)." + RESUMES)
+    steps: int | None = setting(None, "Updates (default: epochs × episodes / batch)." + RESUMES)
     batch: int = setting(8, "Episodes per update.")
     minibatch: int = setting(2, "Episodes per forward pass (gradients accumulate over the batch).")
     lr: float = setting(1e-5, "Learning rate (decays linearly to 0).")
     max_episodes: int | None = setting(None, "Train on the first N episodes only.")
     max_tokens: int = setting(4096, "An episode's token sequence is cut here.")
-    eval_every: int = setting(0, "Held-out loss every N steps (0: never).")
+    eval_every: int = setting(0, "Held-out loss every N steps (0: never)." + RESUMES)
     eval_tasks: int = setting(4, "Held-out episodes.")
-    save_every: int = setting(50, "Checkpoint every N steps (0: only at the end).")
+    save_every: int = setting(50, "Checkpoint every N steps (0: only at the end)." + RESUMES)
     seed: int = setting(0, "Seed.")
-    tensorboard: bool = setting(True, "Also log the metrics as TensorBoard scalars in OUT/tensorboard.")
+    tensorboard: bool = setting(True, "Also log the metrics as TensorBoard scalars in OUT/tensorboard." + RESUMES)
     lora_rank: int = setting(0, "Train LoRA adapters of this rank on every linear layer (0: all weights).")
-    gradient_checkpointing: bool = setting(False, "Recompute activations in backward.")
+    gradient_checkpointing: bool = setting(False, "Recompute activations in backward." + RESUMES)
     env_kwargs: dict = setting({}, ENV_KWARGS_HELP)
 
     def __post_init__(self):
@@ -144,5 +166,12 @@ class SFTConfig:
             raise ValueError(f"sft trains a transformers model (hf:PATH or smollm2), got {self.model!r}")
         if not set(self.roles) <= set(ROLES) or not self.roles:
             raise ValueError(f"roles must be among {ROLES}, got {self.roles}")
-        check_least(1, vars(self), ("batch", "minibatch", "epochs", "eval_tasks", "max_tokens", "steps"))
-        check_least(0, vars(self), ("eval_every", "save_every", "lora_rank"))
+        check_settings(
+            self,
+            {
+                COUNT: ("batch", "minibatch", "epochs", "eval_tasks", "max_tokens", "steps", "max_episodes"),
+                NONNEGATIVE: ("eval_every", "save_every", "lora_rank"),
+                POSITIVE: ("lr",),
+                SEED: ("seed",),
+            },
+        )
