@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from collections.abc import Callable
 
@@ -234,8 +235,8 @@ def resolve_reward(reward: str | RewardFn | None) -> str | RewardFn | None:
 
 def score_episode(reward: str | RewardFn, episode: Episode, info: dict) -> float:
     """An ended episode's terminal reward; its source, parts and ``ended_by`` go into ``info``. A reward
-    that fails (a judge that cannot be reached, a failing evaluator) scores 0 with the failure in
-    ``info["error"]``, after what ended the episode."""
+    that fails (a judge that cannot be reached, a failing evaluator, a value that is not a finite number)
+    scores 0 with the failure in ``info["error"]``, after what ended the episode."""
     value = 0.0
     try:
         value, info["reward_source"], info["reward_info"] = compute_reward(reward, episode)
@@ -262,10 +263,13 @@ def check_reward(reward: str | RewardFn, dynamics: str) -> None:
 
 
 def compute_reward(reward: str | RewardFn, episode: Episode) -> tuple[float, str, dict]:
-    """``(value, source, parts)`` for a finished episode."""
+    """``(value, source, parts)`` for a finished episode; a value that is not a finite number is a ValueError."""
     source = reward if isinstance(reward, str) else getattr(reward, "__name__", "callable")
     if episode.truncated:
         return 0.0, source, {"note": "episode truncated before it ended"}
     out = (REWARDS[reward] if isinstance(reward, str) else reward)(episode)
     value, parts = out if isinstance(out, tuple) else (out, {})
-    return float(value), source, parts
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"the reward {source!r} is not a finite number: {value}")
+    return value, source, parts

@@ -125,7 +125,8 @@ class RunConfig:
 
 class Run:
     """A run set up and checked before any episode is played: its envs, agent and reward, its
-    ``episodes`` (``(task_id, seed)``, each task ``repeats`` times in a row), the records of them
+    ``episodes`` (``(task_id, seed)``, each task ``repeats`` times in a row; ``task_count``: the tasks
+    selected before ``limit``), the records of them
     already in ``out`` (``earlier``, with ``resume``) and those still ``todo``. Iterating it plays
     ``todo`` and yields each record once it is written to ``out``. ``agent``, when given, is
     ``config.agent`` already loaded (a model kept across runs), bound to this run's env."""
@@ -196,6 +197,7 @@ class Run:
         c = self.config
         self.out = records_file(c.out, self.env_id, c.agent, c.dynamics)
         ids = task_ids[: c.limit]
+        self.task_count = len(task_ids)
         self.episodes = [(task_id, c.seed + i) for i, task_id in enumerate(t for t in ids for _ in range(c.repeats))]
         self.lock = OutputLock(self.out).acquire()  # held until the episodes are played (or the run is dropped)
         try:

@@ -1,7 +1,9 @@
 """Checkpoints are resumed whole or refused with one CheckpointError, however they are damaged."""
 
+import io
 import json
 import shutil
+from dataclasses import fields
 
 import pytest
 import torch
@@ -143,5 +145,96 @@ def test_save_every_0_checkpoints_only_at_the_end(tiny, tmp_path):
     [("save_every", -1), ("eval_every", -1), ("steps", 0), ("group_size", 0), ("tasks_per_step", 0), ("minibatch", 0)],
 )
 def test_train_config_refuses_counts_out_of_range(field, value):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=f"--{field.replace('_', '-')} must be"):
         TrainConfig(model="hf:x", env_id="EnvACE/tau2-retail-v0", out="out", **{field: value})
+
+
+def _resume_as(trainer, monkeypatch, out, **changed):
+    """Resume the fixture's trainer from ``out`` with its config changed."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(trainer, "cfg", replace(trainer.cfg, out=str(out), **changed))
+    monkeypatch.setattr(trainer, "out", out)
+    trainer.resume()
+
+
+@pytest.mark.parametrize(
+    "changed, says",
+    [
+        (
+            {"env_id": "EnvACE/tau2-airline-v0"},
+            "its --env-id is 'EnvACE/tau2-retail-v0', this run's 'EnvACE/tau2-airline-v0'",
+        ),
+        ({"group_size": 3}, "its --group-size is 2, this run's 3"),
+        ({"model": "hf:another", "lr": 0.5}, "its --model is .*; its --lr is 0.001, this run's 0.5"),
+    ],
+)
+def test_resume_refuses_the_checkpoint_of_another_run_in_one_line(trained, tmp_path, monkeypatch, changed, says):
+    trainer, _ = trained
+    _copy(trained, tmp_path)
+    with pytest.raises(ValueError, match=f"is the checkpoint of another run: {says}; resume with the same settings"):
+        _resume_as(trainer, monkeypatch, tmp_path, **changed)
+    assert not (tmp_path / "config.json").exists() and not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_resume_may_change_the_steps_and_other_resumable_settings(trained, tmp_path, monkeypatch):
+    trainer, _ = trained
+    _copy(trained, tmp_path)
+    _resume_as(trainer, monkeypatch, tmp_path, steps=5, save_every=2, eval_every=1, tensorboard=False)
+    assert trainer.step == 1 and "steps" in TrainConfig.RESUMABLE
+    assert "May change on --resume" in {f.name: f for f in fields(TrainConfig)}["steps"].metadata["help"]
+
+
+def _replace_file(folder, name, data):
+    (folder / name).write_bytes(data)
+    _rewrite(folder, lambda m: {**m, name: checkpoint._sha256(folder / name)})
+
+
+def _reshaped_weights(folder):
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    name = next(k for k, v in weights.items() if v.dim() == 2)
+    weights[name] = weights[name][:-1].contiguous()
+    save_file(weights, folder / "tmp.safetensors", metadata={"format": "pt"})
+    _replace_file(folder, "model.safetensors", (folder / "tmp.safetensors").read_bytes())
+    (folder / "tmp.safetensors").unlink()
+
+
+def _state_of(value):
+    def write(folder):
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        _replace_file(folder, "state.pt", buffer.getvalue())
+
+    return write
+
+
+MISMATCHED = {
+    "weights of another shape": (_reshaped_weights, "holds weights of another shape: "),
+    "a state that is no torch file": (lambda f: _replace_file(f, "state.pt", b"junk"), "not a training state"),
+    "a state that is a list": (_state_of([1, 2]), "not a training state"),
+    "a state without its optimizer": (_state_of({"step": 1}), "not a training state"),
+}
+
+
+@pytest.mark.parametrize("mismatch, says", MISMATCHED.values(), ids=MISMATCHED.keys())
+def test_a_checkpoint_that_does_not_fit_the_run_is_a_one_line_value_error(trained, tmp_path, mismatch, says):
+    trainer, _ = trained
+    mismatch(_copy(trained, tmp_path))
+    trainer.out = tmp_path
+    with pytest.raises(ValueError, match=says) as refused:
+        trainer.resume()
+    assert isinstance(refused.value, CheckpointError) and "\n" not in str(refused.value)
+
+
+def test_resume_keeps_a_metrics_line_holding_u2028_whole(trained, tmp_path):
+    trainer, _ = trained
+    _copy(trained, tmp_path)
+    lines = [json.dumps({"step": 1, "tasks": ["a\u2028b\u2029c\x85"]}, ensure_ascii=False), json.dumps({"step": 2})]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    trainer.out = tmp_path
+    trainer.resume()
+    assert [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().split("\n")[:-1]] == [
+        json.loads(lines[0])
+    ]

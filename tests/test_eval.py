@@ -32,6 +32,9 @@ def test_the_oracle_fills_the_paper_table_and_its_files(tmp_path):
     # bfcl-eval's weights: every wrapped category at 100, Java, JavaScript and the agentic 40% at 0
     assert scores["BFCL v4"].score == pytest.approx(0.1 * 250 / 3 + 10 + 10 + 30)
     assert "web_search_base" in scores["BFCL v4"].missing
+    # --limit 1 and the categories not wrapped: every benchmark is partial, and the overall is not comparable
+    assert scores["BFCL v4"].coverage["memory_kv"].endswith("(not wrapped)") and not results.comparable
+    assert all(b.partial for b in results.benchmarks) and scores["tau2"].coverage["retail"].startswith("1/")
     assert scores["VitaBench"].score is None and all("judge" in why for why in scores["VitaBench"].skipped.values())
     assert results.overall == pytest.approx(statistics.fmean([scores["tau2"].score, scores["BFCL v4"].score]))
     assert results.overall_of == ["BFCL v4", "tau2"] and results.reported["EnvACE-8B"]["overall"] == 32.91
@@ -205,3 +208,28 @@ def test_the_numbers_agree_with_tau2s_and_bfcl_evals_own_scoring(tmp_path):
         assert results["tau2"].parts[f"retail pass^{k}"] == pytest.approx(want)
     bfcl = bfcl_score({e: [r for _, r in v] for e, v in verdicts.items() if "bfcl" in e})
     assert results["BFCL v4"].score == pytest.approx(bfcl["score"]) and results["BFCL v4"].parts == bfcl["parts"]
+
+
+def test_a_partial_run_is_marked_partial_in_the_json_the_table_and_the_plot(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    figures = []
+
+    def savefig(fig, path, **kwargs):
+        figures.append(fig)
+        path.write_bytes(b"")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    out = tmp_path / "eval"
+    result = runner.invoke(app, ["eval", "--suites", "EnvACE/tau2-airline-v0", "--limit", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    results = EvalResults.model_validate_json((out / "results.json").read_text())
+    (tau2,) = results.benchmarks
+    assert tau2.score == 100.0 and tau2.partial and not results.comparable
+    assert tau2.coverage["airline"].startswith("1/") and "(not run)" in tau2.coverage["retail"]
+    assert tau2.tasks == 1 < tau2.full_tasks
+    table = (out / "results.md").read_text()
+    assert "| 100.00 (partial) |" in table and "not comparable with the reported rows" in table
+    (fig,) = figures
+    assert any("partial" in label.get_text() for label in fig.axes[0].get_xticklabels())
+    assert any(bar.get_hatch() for bar in fig.axes[0].patches)

@@ -218,7 +218,7 @@ def test_malformed_records_are_one_line_errors_naming_the_record(tiny, tmp_path)
         line = " ".join(result.output.split())
         assert line.startswith("error:") and needle in line and ("line 2" in line or "episode 2" in line), line
     (tmp_path / "junk.jsonl").write_text(json.dumps(good) + "\nnot json\n")
-    with pytest.raises(ValueError, match="junk.jsonl line 2"):
+    with pytest.raises(ValueError, match="junk.jsonl:2: not JSON"):
         load_episodes(tmp_path / "junk.jsonl")
     long = {**good, "messages": [*good["messages"][:-1], {**good["messages"][-1], "content": "word " * 20_000}]}
     (tmp_path / "long.jsonl").write_text(json.dumps(long) + "\n")
@@ -264,7 +264,7 @@ def test_tool_calls_that_are_not_calls_or_nest_too_deep_are_value_errors_naming_
     path = tmp_path / "runs.jsonl"
     for line in bad.values():
         path.write_text(good + "\n" + line + "\n")
-        with pytest.raises(ValueError, match="runs.jsonl line 2: (message 1's 'tool_calls' must be|JSON nested)"):
+        with pytest.raises(ValueError, match="runs.jsonl(:2: nested deeper| episode 2: message 1's 'tool_calls' must be)"):
             load_episodes(path)
     path.write_text(good + "\n")
     assert len(load_episodes(path)) == 1

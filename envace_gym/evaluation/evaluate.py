@@ -16,7 +16,7 @@ import gymnasium as gym
 from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.compare import compare_calls
-from envace_gym.evaluation.benchmarks import PAPER, Benchmark, own_benchmark
+from envace_gym.evaluation.benchmarks import PAPER, Benchmark, absent_category, domain_name, own_benchmark
 from envace_gym.evaluation.results import (
     WORLD_METRICS,
     BenchmarkResult,
@@ -121,6 +121,7 @@ class Evaluation:
         self.skipped: dict[str, dict[str, str]] = {b.name: {} for b in self.benchmarks}
         self.played: dict[tuple[str, int], dict[str, Path]] = {}  # (benchmark, rehearse) -> records by env id
         self.left_out: dict[str, str] = {}  # envs without a world-model row, and why
+        self.counts: dict[str, tuple[int, int]] = {}  # env id -> (tasks played, tasks of its split)
         self.model: Agent | None = None  # see _model
 
     def _model(self) -> Agent | None:
@@ -203,6 +204,8 @@ class Evaluation:
                         self.skipped[b.name][env_id] = " ".join(str(e).split())[:300]
                         continue
                     files[env_id] = run.out
+                    if not rehearse:
+                        self.counts[env_id] = (len({task for task, _ in run.episodes}), run.task_count)
                     made = True
                     yield b, run
         if not made:  # an error that applies to every env: nothing would be measured
@@ -273,6 +276,7 @@ class Evaluation:
                 records=[str(f) for f in self.played.get((b.name, 0), {}).values()],
                 real_calls=sum(r.get("real_calls", 0) for r in rows),
             )
+            self._cover(b, result)
             if rows:
                 scored = b.score(records)
                 result.score, result.parts = scored["score"], scored["parts"]
@@ -282,6 +286,7 @@ class Evaluation:
                 result.rehearsed_real_calls = sum(r.get("real_calls", 0) for rs in rehearsed.values() for r in rs)
             out.append(result)
         paper = [r for r in out if r.name in {b.name for b in PAPER}] or out
+        whole = {r.name for r in out if r.score is not None and not r.partial}
         return EvalResults(
             agent=c.agent,
             user=c.user or "scripted",
@@ -292,10 +297,39 @@ class Evaluation:
             benchmarks=out,
             overall=overall(paper),
             overall_of=[b.name for b in paper if b.score is not None],
+            comparable=whole >= {b.name for b in PAPER},
             world_model=world or [],
             world_model_left_out=self.left_out if world is not None else {},
             reported=reported(),
         )
+
+    def _cover(self, b: Benchmark, result: BenchmarkResult) -> None:
+        """``result``'s coverage of the whole benchmark: per env of it (the paper's whole set for a paper
+        benchmark) the tasks played of its split's, and each category not wrapped; partial where any falls short."""
+        whole = next((p for p in PAPER if p.name == b.name), b)
+        counts = {}
+        for env_id in whole.env_ids:
+            played, total = self.counts.get(env_id) or (0, task_count(env_id, whole.split))
+            counts[env_id] = played, total
+            result.coverage[domain_name(env_id)] = f"{played}/{total if total is not None else '?'} tasks" + (
+                "" if env_id in self.counts else " (not run)"
+            )
+        for category in whole.missing:
+            counts[category] = 0, absent_category(category)["total_count"]
+            result.coverage[category] = f"0/{counts[category][1]} tasks (not wrapped)"
+        result.tasks = sum(played for played, _ in counts.values())
+        totals = [total for _, total in counts.values()]
+        result.full_tasks = None if None in totals else sum(totals)
+        result.partial = any(total is None or played < total for played, total in counts.values())
+
+
+def task_count(env_id: str, split: str | None) -> int | None:
+    """How many tasks an env that was not run has in ``split`` (None where it cannot be made here)."""
+    try:
+        with closing(gym.make(env_id, **({"split": split} if split else {}))) as env:
+            return len(env.unwrapped.task_ids)
+    except Exception:  # its data or its code may be absent here: the count is unknown, not an error
+        return None
 
 
 def read(path: Path) -> list[dict]:

@@ -26,6 +26,15 @@ class BenchmarkResult(BaseModel):
     missing: list[str] = Field(description="Categories of the benchmark the project does not wrap (counted 0).")
     records: list[str] = Field(description="The run records' files (JSONL), one per env.")
     real_calls: int = Field(description="Tool calls the real world answered, over all episodes.")
+    coverage: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per env (or BFCL category) of the whole benchmark: 'N/M tasks' played, or not run or wrapped.",
+    )
+    tasks: int = Field(0, description="Distinct tasks played.")
+    full_tasks: int | None = Field(None, description="The whole benchmark's tasks; None where a count is unknown.")
+    partial: bool = Field(
+        False, description="The score covers less than the whole benchmark (the paper's row): not comparable with it."
+    )
     rehearsed_score: float | None = Field(None, description="With --rehearse N: the score under private rehearsal.")
     rehearsed_real_calls: int | None = Field(None, description="With --rehearse N: the real calls of those runs.")
 
@@ -67,6 +76,9 @@ class EvalResults(BaseModel):
         "without a paper one); the paper's own is over all three."
     )
     overall_of: list[str] = Field(description="The benchmarks the overall is the mean of.")
+    comparable: bool = Field(
+        False, description="Whether the overall compares with the paper's: every paper benchmark scored and whole."
+    )
     world_model: list[WorldModelRow] = Field(default_factory=list)
     world_model_left_out: dict[str, str] = Field(
         default_factory=dict, description="Envs without world-model rows, each with the reason."
@@ -90,14 +102,19 @@ def markdown(results: EvalResults) -> str:
     names = [b.name for b in results.benchmarks]
     user = "scripted user" if results.user == "scripted" else f"LLM user {results.user}"
     user = f", tau2 with the {user}" if "tau2" in names else ""
-    partial = len(results.overall_of) < len([b for b in results.benchmarks if b.name in REPORTED["EnvACE-8B"]])
-    of = f" (of {', '.join(results.overall_of)})" if partial and results.overall_of else ""
+    some = len(results.overall_of) < len([b for b in results.benchmarks if b.name in REPORTED["EnvACE-8B"]])
+    of = f" (of {', '.join(results.overall_of)})" if some and results.overall_of else ""
+    overall_cell = _cell(results.overall) + (
+        " (partial)" if results.overall is not None and not results.comparable else ""
+    )
     lines = [
         f"| model | {' | '.join(names)} | overall{of} |",
         "|---" * (len(names) + 2) + "|",
         f"| {results.agent} (measured{user}) | "
-        + " | ".join(_cell(b.score) for b in results.benchmarks)
-        + f" | {_cell(results.overall)} |",
+        + " | ".join(
+            _cell(b.score) + (" (partial)" if b.partial and b.score is not None else "") for b in results.benchmarks
+        )
+        + f" | {overall_cell} |",
     ]
     if results.rehearse:
         lines.append(
@@ -107,9 +124,20 @@ def markdown(results: EvalResults) -> str:
         )
     for model, row in results.reported.items():
         lines.append(f"| {model} (reported) | " + " | ".join(_cell(row.get(n)) for n in [*names, "overall"]) + " |")
+    partial = [b.name for b in results.benchmarks if b.partial and b.score is not None]
+    if partial or (results.overall is not None and not results.comparable):
+        lines += [
+            "",
+            f"(partial): covers less than the whole benchmark{'s' if len(partial) > 1 else ''} "
+            f"({', '.join(partial) or 'the paper evaluation'}); not comparable with the reported rows. "
+            "The coverage is under each benchmark.",
+        ]
     for b in results.benchmarks:
         lines.append("")
-        lines.append(f"**{b.name}**: {b.episodes} episodes, {b.real_calls} real calls")
+        whole = f"{b.tasks} of {b.full_tasks if b.full_tasks is not None else '?'} tasks"
+        lines.append(f"**{b.name}**: {b.episodes} episodes, {whole}, {b.real_calls} real calls")
+        if b.coverage:
+            lines.append("- coverage: " + ", ".join(f"{name} {what}" for name, what in b.coverage.items()))
         if b.rehearsed_score is not None:
             lines.append(
                 f"- private rehearsal N={results.rehearse}: {_cell(b.rehearsed_score)} "
@@ -156,11 +184,25 @@ def plot(results: EvalResults, path: Path) -> None:
     x, width = np.arange(len(names)), 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names), 3.6))
     for i, (label, values) in enumerate(series.items()):
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=label)
-    ax.set_xticks(x, names)
+        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=label)
+        for bar, b in zip(bars, results.benchmarks):
+            if b.partial:
+                bar.set_hatch("//")
+    ax.set_xticks(
+        x,
+        [
+            f"{b.name}\n(partial: {b.tasks}/{b.full_tasks or '?'} tasks)" if b.partial else b.name
+            for b in results.benchmarks
+        ],
+    )
     ax.set_ylim(0, 100)
     ax.set_ylabel("score (0-100)")
-    ax.set_title(f"{results.agent}: the paper's benchmarks")
+    hatched = (
+        " (hatched: partial, not comparable with the paper's rows)"
+        if any(b.partial for b in results.benchmarks)
+        else ""
+    )
+    ax.set_title(f"{results.agent}: the paper's benchmarks{hatched}", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.savefig(path, dpi=120, bbox_inches="tight")

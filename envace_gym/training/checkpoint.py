@@ -11,14 +11,16 @@ from pathlib import Path
 import torch
 
 from envace_gym.agents.hf import PLAY_SETTINGS
+from envace_gym.settings import option
 
 MANIFEST = "manifest.json"
 DIGEST = re.compile("[0-9a-f]{64}")
 STEP = re.compile("step-[0-9]+")
+STATE = ("step", "cursor", "optimizer", "scheduler", "torch_rng", "python_rng")  # a training state's keys
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, truncated or altered."""
+class CheckpointError(ValueError):
+    """A checkpoint is missing, truncated, altered, or not the one of the run that resumes it."""
 
 
 def _sha256(path: Path) -> str:
@@ -81,11 +83,45 @@ def verify(folder: Path, needed: tuple[str, ...] = ()) -> None:
             raise CheckpointError(f"{path} does not match its checksum: truncated or corrupted")
 
 
-def load_state(folder: Path, weights: str) -> dict:
-    """The training state of a verified checkpoint whose model weights are the file ``weights``
-    (loaded by the caller); its tensors are mapped from the file, read when used."""
-    verify(folder, ("state.pt", weights))
-    return torch.load(folder / "state.pt", weights_only=True, mmap=True)
+def load_state(folder: Path) -> dict:
+    """The training state of a verified checkpoint (its weights are loaded by the caller); its
+    tensors are mapped from the file, read when used."""
+    verify(folder, ("state.pt",))
+    path = folder / "state.pt"
+    try:
+        state = torch.load(path, weights_only=True, mmap=True)
+    except Exception as e:  # not a torch file, or one holding what weights_only refuses
+        raise CheckpointError(f"{path} is not a training state: {first_line(e)}") from None
+    if not isinstance(state, dict) or not set(STATE) <= set(state):
+        raise CheckpointError(f"{path} is not a training state: it lacks {', '.join(STATE)}")
+    return state
+
+
+def check_same_run(folder: Path, saved, given: dict, resumable: tuple[str, ...]) -> None:
+    """Refuse to resume from ``folder`` the run whose settings are ``given`` (as JSON values) where one
+    differs from its ``saved`` run's (JSON text; None: a checkpoint that predates them), besides the
+    ``resumable`` settings: one line naming each."""
+    if saved is None:
+        return
+    try:
+        saved = json.loads(saved)
+    except (TypeError, ValueError):
+        saved = None
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{folder / 'state.pt'} holds no run settings")
+    differ = [k for k in given if k in saved and k not in resumable and saved[k] != given[k]]
+    if differ:
+        raise CheckpointError(
+            f"{folder} is the checkpoint of another run: "
+            + "; ".join(f"its {option(k)} is {saved[k]!r:.80}, this run's {given[k]!r:.80}" for k in differ)
+            + f"; resume with the same settings (only {', '.join(option(k) for k in resumable if k in given)} "
+            "may change), or give another --out"
+        )
+
+
+def first_line(error: Exception) -> str:
+    """An error's message cut to its first line (torch's run over many)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
 
 def latest(out: Path) -> Path | None:

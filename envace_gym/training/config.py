@@ -77,9 +77,12 @@ class TrainConfig:
         0, "Pack minibatches up to this many padded tokens (0: minibatches of --minibatch rows)."
     )
     fsdp: bool = setting(
-        False, "Shard weights, gradients and Adam states over the launched processes (torch FSDP2) instead of DDP."
+        False,
+        "Shard weights, gradients and Adam states over the launched processes (torch FSDP2) instead of DDP." + RESUMES,
     )
-    engine_kwargs: dict = setting({}, "KEY=VALUE for a vllm:PATH model's engine (vllm.LLM's arguments; repeat)." + RESUMES)
+    engine_kwargs: dict = setting(
+        {}, "KEY=VALUE for a vllm:PATH model's engine (vllm.LLM's arguments; repeat)." + RESUMES
+    )
     env_kwargs: dict = setting({}, ENV_KWARGS_HELP)
     rollout_workers: int = setting(
         0,
@@ -87,7 +90,22 @@ class TrainConfig:
         "in parallel); generation stays here (0: in this process)." + RESUMES,
     )
     ray_address: str | None = setting(
-        None, "With --rollout-workers: a Ray cluster to join (auto, ray://HOST:PORT); default: a local Ray."
+        None, "With --rollout-workers: a Ray cluster to join (auto, ray://HOST:PORT); default: a local Ray." + RESUMES
+    )
+
+    #: The settings that may differ from the checkpoint's on ``--resume`` (the rest must be the same).
+    RESUMABLE: ClassVar[tuple[str, ...]] = (
+        "out",
+        "steps",
+        "eval_every",
+        "save_every",
+        "stop_after_flat_steps",
+        "tensorboard",
+        "gradient_checkpointing",
+        "fsdp",
+        "engine_kwargs",
+        "rollout_workers",
+        "ray_address",
     )
 
     def __post_init__(self):
@@ -160,6 +178,16 @@ class SFTConfig:
     lora_rank: int = setting(0, "Train LoRA adapters of this rank on every linear layer (0: all weights).")
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward." + RESUMES)
     env_kwargs: dict = setting({}, ENV_KWARGS_HELP)
+
+    RESUMABLE: ClassVar[tuple[str, ...]] = (
+        "out",
+        "epochs",
+        "steps",
+        "eval_every",
+        "save_every",
+        "tensorboard",
+        "gradient_checkpointing",
+    )
 
     def __post_init__(self):
         if not self.model.startswith(("hf:", "smollm2")):

@@ -218,26 +218,50 @@ class Policy:
         )
 
     def resume(self, run) -> None:
-        """Continue ``run`` from the latest checkpoint in its ``out`` (refused whole if it is damaged):
-        weights, Adam states, schedule, random states, ``step`` and ``cursor``; the metrics logged
-        after it are dropped. Every process calls this."""
-        from safetensors.torch import load_file
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
+        """Continue ``run`` from the latest checkpoint in its ``out`` (refused whole if it is damaged, or a
+        setting differs from its run's besides ``cfg.RESUMABLE``): weights, Adam states, schedule, random
+        states, ``step`` and ``cursor``; the metrics logged after it are dropped. Every process calls this."""
         folder = checkpoint.latest(run.out)
         if folder is None:
             raise checkpoint.CheckpointError(f"no checkpoint to resume in {run.out}")
+        state = checkpoint.load_state(folder)
+        given = json.loads(_config_json(run.cfg))
+        checkpoint.check_same_run(folder, state.get("config"), given, type(run.cfg).RESUMABLE)
         # LoRA: the checkpoint holds the adapter; the base model is the config's model
-        weights_file = "adapter_model.safetensors" if self.lora else "model.safetensors"
-        state = checkpoint.load_state(folder, weights_file)
+        weights = folder / ("adapter_model.safetensors" if self.lora else "model.safetensors")
+        if not weights.is_file():
+            raise checkpoint.CheckpointError(f"{folder} lacks {weights.name}")
+        try:
+            self._load(weights, state)
+        except checkpoint.CheckpointError:
+            raise
+        except Exception as e:  # torch's "size mismatch" and the like: states that do not fit this model
+            raise checkpoint.CheckpointError(
+                f"{folder} does not fit this run's model: {checkpoint.first_line(e)}"
+            ) from None
+        run.step, run.cursor = state["step"], state["cursor"]
+        metrics = run.out / "metrics.jsonl"
+        if metrics.exists() and self.accelerator.is_main_process:
+            data = metrics.read_bytes()  # a last line without its newline was cut short by a kill
+            metrics.write_bytes(data[: data.rfind(b"\n") + 1])
+            kept = [r for r in jsonl_rows(metrics) if isinstance(r.get("step"), int) and r["step"] <= run.step]
+            with metrics.open("w") as f:  # the metrics logged after the checkpoint are dropped
+                for record in kept:
+                    write_record(f, record)
+
+    def _load(self, weights: Path, state: dict) -> None:
+        """Load the checkpoint's ``weights`` file and training ``state``: Adam states, schedule, random states."""
+        from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
         if self.lora:
             from peft import set_peft_model_state_dict
 
-            result = set_peft_model_state_dict(self.model, load_file(folder / weights_file))
+            result = set_peft_model_state_dict(self.model, load_file(weights))
             if result.unexpected_keys:
-                raise checkpoint.CheckpointError(f"{folder} does not hold this run's adapter")
+                raise checkpoint.CheckpointError(f"{weights.parent} does not hold this run's adapter")
         else:
-            self._load_full_weights(folder / weights_file)
+            self._load_full_weights(weights)
         adam = state["optimizer"]
         if adam is None:  # saved before the first update
             pass
@@ -254,27 +278,24 @@ class Policy:
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate((3, tuple(state["python_rng"]), None))
-        run.step, run.cursor = state["step"], state["cursor"]
-        metrics = run.out / "metrics.jsonl"
-        if metrics.exists():  # drop what a killed run logged after its last checkpoint, and a line it cut short
-            kept = [
-                line
-                for line in metrics.read_text(errors="replace").splitlines()
-                if (step := _step_of(line)) is not None and step <= run.step
-            ]
-            metrics.write_text("".join(line + "\n" for line in kept))
 
     def _load_full_weights(self, path: Path) -> None:
-        """Load a whole ``model.safetensors`` (refused unless it names this model's weights; a
-        tied head may be absent); sharded, the main process reads it and sends each its shards."""
+        """Load a whole ``model.safetensors`` (refused unless it holds this model's weights, each of its
+        shape; a tied head may be absent); sharded, the main process reads it and sends each its shards."""
         from safetensors import safe_open
         from safetensors.torch import load_file
 
         with safe_open(str(path), "pt") as f:
-            saved = set(f.keys())
-        names = set(self.model.state_dict())
-        if saved - names or [k for k in names - saved if "lm_head" not in k]:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        mine = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        if shapes.keys() - mine.keys() or [k for k in mine.keys() - shapes.keys() if "lm_head" not in k]:
             raise checkpoint.CheckpointError(f"{path.parent} does not hold this model's weights")
+        wrong = next((k for k in shapes if shapes[k] != mine[k]), None)
+        if wrong is not None:
+            raise checkpoint.CheckpointError(
+                f"{path.parent} holds weights of another shape: {wrong} is {list(shapes[wrong])}, "
+                f"this model's {list(mine[wrong])}"
+            )
         if not self.sharded:
             self.model.load_state_dict(load_file(path), strict=False)
             self.model.tie_weights()
@@ -285,15 +306,6 @@ class Policy:
 def _config_json(config, indent: int | None = None) -> str:
     """A config as JSON; a callable (a reward) is written by its name."""
     return json.dumps(asdict(config), indent=indent, default=lambda o: getattr(o, "__name__", repr(o)))
-
-
-def _step_of(line: str) -> int | None:
-    """The step of a ``metrics.jsonl`` line; None for one that is not a whole record."""
-    try:
-        step = json.loads(line)["step"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    return step if isinstance(step, int) else None
 
 
 def plot_metrics(path: Path, png: Path) -> None:

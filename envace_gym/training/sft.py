@@ -12,7 +12,6 @@ loop, checkpoints and metrics are :class:`~envace_gym.training.policy.Policy`'s,
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from envace_gym import agents
 from envace_gym.agents.prompting import ROLES as PROMPT_ROLES
 from envace_gym.agents.prompting import render_prompt
 from envace_gym.messages import MAX_JSON_DEPTH, json_depth
+from envace_gym.records import rows
 from envace_gym.runner import run_episodes
 from envace_gym.training.config import ROLES, SFTConfig
 from envace_gym.training.grpo import ROLE_IDS, token_logprobs
@@ -87,20 +87,18 @@ def gold_episodes(
 
 
 def load_episodes(path: str | Path, max_episodes: int | None = None) -> list[dict]:
-    """The records of a ``run`` output (JSONL), each checked (:func:`check_record`); a bad line or
-    record is a ValueError naming the file and line."""
-    records = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
+    """The records of a ``run`` output (JSONL, read by :func:`~envace_gym.records.rows`: a bad line is a
+    ValueError naming the file and line), each checked (:func:`check_record`: a bad record is a ValueError
+    naming the file and the episode)."""
+    try:
+        records = rows(path)[:max_episodes]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    for number, record in enumerate(records, 1):
         try:
-            records.append(check_record(json.loads(line)))
-        except RecursionError:
-            raise ValueError(f"{path} line {number}: JSON nested too deeply") from None
-        except ValueError as e:  # json.JSONDecodeError is one
-            raise ValueError(f"{path} line {number}: {e}") from None
-        if max_episodes is not None and len(records) >= max_episodes:
-            break
+            check_record(record)
+        except ValueError as e:
+            raise ValueError(f"{path} episode {number}: {e}") from None
     return records
 
 

@@ -9,11 +9,13 @@ was rebound to 127.0.0.1 sends requests whose ``Host`` is its own name. As local
   send it on every WebSocket handshake and every cross-site ``POST``;
 - a ``Host`` that does not name the bound address (a loopback name when bound to loopback);
 - when the server has a token, a request that does not carry it: ``Authorization: Bearer TOKEN``,
-  ``X-EnvACE-Token: TOKEN`` or ``?token=TOKEN`` (``/health`` excepted, for liveness probes).
+  ``X-EnvACE-Token: TOKEN`` or ``?token=TOKEN`` (``/health`` excepted, for liveness probes). Each of these
+  carriers may hold one value, and every value given must be the token, so that a request is one guess.
 
 It reads a request body as a stream and answers 413 past ``max_body`` bytes, whatever ``Content-Length``
 says (408 when it is not all there within ``BODY_TIMEOUT`` seconds). :class:`HeadTimeoutH11` closes a
-connection whose request head is not complete ``HEAD_TIMEOUT`` seconds after it started.
+connection whose request head is not complete ``HEAD_TIMEOUT`` seconds after it started, and caps the requests
+in progress, not the connections: one that has sent no request yet cannot take an authorised client's place.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
@@ -88,20 +91,30 @@ class Access:
         parts = urlsplit(origin)
         return parts.scheme in ("http", "https") and is_loopback(parts.hostname)
 
-    def token_given(self, headers: dict[str, str], query: str) -> bool:
+    def token_given(self, headers: list[tuple[str, str]], query: str) -> bool:
+        """Whether a request (its headers, names in lower case, and its query) carries the token: in one
+        carrier at least, each carrier given at most once, and every value given the token."""
         if self.token is None:
             return True
-        scheme, _, bearer = headers.get("authorization", "").partition(" ")
-        offered = [
-            headers.get("x-envace-token", ""),
-            bearer if scheme.lower() == "bearer" else "",
-            *parse_qs(query).get("token", []),
+        carriers = [
+            [v for k, v in headers if k == "x-envace-token"],
+            [v for k, v in headers if k == "authorization"],
+            parse_qs(query, keep_blank_values=True).get("token", []),
         ]
-        return any(hmac.compare_digest(o.encode(), self.token.encode()) for o in offered if o)
+        if any(len(values) > 1 for values in carriers):
+            return False
+        x_token, authorization, query_token = (values[0] if values else None for values in carriers)
+        if authorization is not None:
+            scheme, _, bearer = authorization.partition(" ")
+            authorization = bearer if scheme.lower() == "bearer" else None  # another scheme: not ours
+        offered = [v for v in (x_token, authorization, query_token) if v is not None]
+        right = [hmac.compare_digest(v.encode(), self.token.encode()) for v in offered]
+        return bool(right) and all(right)
 
     def refusal(self, scope: dict) -> str | None:
         """Why a request (an ASGI ``http`` or ``websocket`` scope) is refused, or None."""
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+        headers = dict(pairs)
         if not self.host_allowed(headers.get("host")):
             return f"Host {headers['host']!r} is not a name of this server (a rebound name?)"
         if not self.origin_allowed(headers.get("origin")):
@@ -109,8 +122,11 @@ class Access:
                 f"Origin {headers['origin']!r} is not allowed: browser pages may use this server only "
                 "from loopback origins or those given with --allow-origin"
             )
-        if scope.get("path") != "/health" and not self.token_given(headers, scope.get("query_string", b"").decode()):
-            return "this server needs its token: Authorization: Bearer TOKEN, X-EnvACE-Token or ?token="
+        if scope.get("path") != "/health" and not self.token_given(pairs, scope.get("query_string", b"").decode()):
+            return (
+                "this server needs its token, once: Authorization: Bearer TOKEN, X-EnvACE-Token or ?token= "
+                "(each at most once)"
+            )
         return None
 
 
@@ -189,14 +205,44 @@ async def _answer(send, status: int, message: str) -> None:
 
 class HeadTimeoutH11(H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head is incomplete ``HEAD_TIMEOUT`` seconds
-    after the connection opened or after its last response (keep-alive idleness is uvicorn's own timeout)."""
+    after the connection opened or after its last response (keep-alive idleness is uvicorn's own timeout).
+
+    Its cap (``limit_concurrency``, past which a request is answered 503) counts the requests in progress
+    only: uvicorn's counts every open connection, so connections that send no request, or only a refused
+    one, could fill it and keep an authorised client out. Connections waiting for a request are capped
+    apart, at as many: past that, the one that has waited longest is closed (a client sends its request
+    head as soon as it connects)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cap, self.limit_concurrency = self.limit_concurrency, None  # uvicorn's own check: off
+        self.waiting: dict[HeadTimeoutH11, None] = vars(self.server_state).setdefault("envace_waiting", {})
+        app = self.app
+
+        async def capped(scope, receive, send):
+            if self.cap is not None and len(self.tasks) > self.cap:  # this request's task is one of them
+                return await service_unavailable(scope, receive, send)
+            return await app(scope, receive, send)
+
+        self.app = capped
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(HEAD_TIMEOUT, self._head_timeout)
+        self._wait()
 
     def _waiting_for_head(self) -> bool:
         return self.transport.get_protocol() is self and (self.cycle is None or self.cycle.response_complete)
+
+    def _wait(self) -> None:
+        """Count this connection among those waiting for a request, closing the longest waiting past the cap."""
+        if self.transport.is_closing() or self in self.waiting:
+            return
+        self.waiting[self] = None
+        while self.cap is not None and len(self.waiting) > self.cap:
+            oldest = next(iter(self.waiting))
+            self.waiting.pop(oldest)
+            oldest.transport.close()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -206,6 +252,15 @@ class HeadTimeoutH11(H11Protocol):
         elif not waiting and self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        if waiting:
+            self._wait()
+        else:
+            self.waiting.pop(self, None)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._waiting_for_head():  # kept alive for another request (a pipelined one may have started)
+            self._wait()
 
     def _head_timeout(self) -> None:
         self._head_timer = None
@@ -213,6 +268,7 @@ class HeadTimeoutH11(H11Protocol):
             self.transport.close()
 
     def connection_lost(self, exc) -> None:
+        self.waiting.pop(self, None)
         if self._head_timer is not None:
             self._head_timer.cancel()
         super().connection_lost(exc)

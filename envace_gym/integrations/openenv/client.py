@@ -7,16 +7,68 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import ssl
+import threading
+import time
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import gymnasium as gym
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from envace_gym.spaces import ActionSpace, ObservationSpace
 from envace_gym.tools import ToolSet
 
 # the server refused the request itself (bad options, a step after the end): the in-process errors
 REQUEST_ERRORS = {"EXECUTION_ERROR", "VALIDATION_ERROR", "INVALID_JSON", "UNKNOWN_TYPE"}
+# websockets logs a handshake's headers (the token among them) at DEBUG: its logger here never logs at that level
+WIRE_LOG = logging.getLogger("envace_gym.remote_env.wire")
+WIRE_LOG.setLevel(logging.INFO)
+
+
+class Fidelity(BaseModel):
+    """A shadow call's fidelity measures (:func:`~envace_gym.fidelity.fidelity`)."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+    parsed: bool
+    shape: float
+    leaf_match: float
+    error_agree: bool
+    exact: bool
+
+
+class ServedCall(BaseModel):
+    """A record of a served ``info["tool_calls"]``."""
+
+    model_config = ConfigDict(strict=True)
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    requestor: str
+    source: str
+    error: str | None = None
+    real: str | None = None
+    rehearsed: str | None = None
+    fidelity: Fidelity | None = None
+
+
+class ServedInfo(BaseModel):
+    """A served ``info``: the keys every ``reset`` and ``step`` returns, and those an episode's last step adds,
+    of the contract's types; other keys pass as they are."""
+
+    model_config = ConfigDict(strict=True)
+    role: Literal["act", "rehearse"]
+    dynamics: str
+    task_id: str
+    turn: int = Field(ge=0)
+    tool_calls: list[ServedCall]
+    rehearsal_errors: int = Field(ge=0)
+    ended_by: str | None = None
+    reward_source: str | None = None
+    reward_info: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
 
 
 class Observed(BaseModel):
@@ -30,7 +82,13 @@ class Observed(BaseModel):
     tool_call: dict[str, Any] | None = None
     terminated: bool = False
     truncated: bool = False
-    info: dict[str, Any] = Field(default_factory=dict)
+    info: ServedInfo
+
+    @model_validator(mode="after")
+    def _says_why_it_ended(self) -> Observed:
+        if (self.terminated or self.truncated) and self.info.ended_by is None:
+            raise ValueError("the last step of an episode has no info['ended_by']")
+        return self
 
 
 class Reply(BaseModel):
@@ -40,6 +98,34 @@ class Reply(BaseModel):
     observation: Observed
     reward: float | None = None
     done: bool = False
+
+
+class Frame(BaseModel):
+    """Any reply frame: its ``type`` and its ``data`` object."""
+
+    model_config = ConfigDict(strict=True)
+    type: str
+    data: dict[str, Any]
+
+
+class ServedError(BaseModel):
+    """An ``error`` frame's data (OpenEnv's ``WSErrorResponse``)."""
+
+    model_config = ConfigDict(strict=True)
+    message: str
+    code: str
+
+
+class ServedState(BaseModel):
+    """A ``state`` frame's data: the server's view of the session."""
+
+    model_config = ConfigDict(strict=True)
+    episode_id: str | None
+    step_count: int = Field(ge=0)
+    task_id: str | None
+    dynamics: str | None
+    role: Literal["act", "rehearse"] | None
+    turn: int = Field(ge=0)
 
 
 class ServedTasks(BaseModel):
@@ -55,18 +141,78 @@ class ServedTasks(BaseModel):
     max_turns: int | None
 
 
+class Cutoff:
+    """One bound on a whole exchange with a server, however slowly it answers (a socket's timeout bounds each
+    read, not their sum): ``seconds`` after it starts, the connection it watches is shut down, so that any read
+    or write blocked on it fails. It watches a plain socket (a ``dup`` of one under TLS), which its owner closes."""
+
+    def __init__(self, seconds: float, sock: socket.socket | None = None):
+        self.end, self.sock, self.passed = time.monotonic() + seconds, sock, False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+
+    def left(self) -> float:
+        """The seconds left (never 0, which a socket would take as non-blocking)."""
+        return max(self.end - time.monotonic(), 1e-3)
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self.sock = sock
+            if self.passed:
+                self._shut()
+
+    def _cut(self) -> None:
+        with self._lock:
+            self.passed = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed already
+                pass
+
+    def __enter__(self) -> Cutoff:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._timer.cancel()
+            self.sock = None  # its owner may close it now
+
+
+def _brief(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"
+
+
+def dial(url: str, cutoff: Cutoff) -> tuple[socket.socket, socket.socket]:
+    """A TCP connection to ``url``'s host, and a ``dup`` of it for ``cutoff`` to watch (TLS, wrapped around
+    the first, detaches it)."""
+    parts = urlsplit(url)
+    secure = parts.scheme in ("https", "wss")
+    sock = socket.create_connection((parts.hostname, parts.port or (443 if secure else 80)), timeout=cutoff.left())
+    wire = sock.dup()
+    cutoff.watch(wire)
+    return sock, wire
+
+
 class RemoteEnv(gym.Env):
     """One session on an env server, as a ``gymnasium.Env`` with the local env's spaces, ``reset``,
     ``step`` and ``close``. Every request waits at most ``timeout`` seconds. ``dynamics``: those of
     every episode that ``reset`` does not choose in its options (default: the server's).
 
-    A server that cannot be reached at ``reset``, or whose reply is not a valid observation, is a
+    A server that cannot be reached at ``reset``, or whose reply is not valid (every reply is checked
+    against a schema: frames, observations, their ``info``, error frames, ``GET /tasks``), is a
     ``ConnectionError`` naming the URL; either during an episode ends it (``terminated``, reward 0,
-    the cause in ``info["error"]``). ``token``: the server's shared secret (``serve --token``), sent
-    as ``Authorization: Bearer``. The session asks for delta observations (what is new since the
-    last one), so a step's reply does not grow with the episode; ``reset`` and ``step`` still
-    return whole observations. The env pickles by its URL, so vector envs can hold it (each copy
-    opens its own session: reset it).
+    ``ended_by`` ``server_error``, the cause in ``info["error"]``), as does an error frame answering a
+    step. No redirect is followed: a 3xx is a ``ConnectionError`` naming where it points. ``token``: the
+    server's shared secret (``serve --token``), sent as ``Authorization: Bearer``. The session asks for
+    delta observations (what is new since the last one), so a step's reply does not grow with the
+    episode; ``reset`` and ``step`` still return whole observations. The env pickles by its URL, so
+    vector envs can hold it (each copy opens its own session: reset it).
     """
 
     metadata = {"render_modes": []}
@@ -81,6 +227,12 @@ class RemoteEnv(gym.Env):
     ):
         if not url.startswith(("http://", "https://", "ws://", "wss://")):
             raise ValueError(f"a server URL starts with http(s):// or ws(s)://, got {url!r}")
+        try:
+            urlsplit(url).port  # noqa: B018 (a port that is not a number raises)
+        except ValueError as e:
+            raise ValueError(f"not a server URL: {url!r} ({e})") from None
+        if not urlsplit(url).hostname:
+            raise ValueError(f"a server URL names a host, got {url!r}")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.url, self.timeout, self.max_message_bytes = url.rstrip("/"), timeout, max_message_bytes
@@ -88,6 +240,7 @@ class RemoteEnv(gym.Env):
         self.observation_space = ObservationSpace()
         self.action_space = ActionSpace(ToolSet([]))
         self._ws, self._obs, self._info, self._schemas = None, None, {}, None
+        self._wire: socket.socket | None = None  # the session's TCP connection, as its requests' Cutoff watches it
         self._messages: list[dict] = []  # the session's last observation's messages
         self._served: ServedTasks | None = None
 
@@ -97,58 +250,105 @@ class RemoteEnv(gym.Env):
 
     # the wire ------------------------------------------------------------------
     def _request(self, kind: str, data: dict | None = None) -> dict:
+        """Send one message and read its reply frame's data, the whole exchange (a connection's opening
+        included) within ``timeout`` seconds. An error frame for the request itself is a ``ValueError``;
+        any other failure, and a reply that is not a frame of the kind due, a ``ConnectionError``."""
         from websockets.exceptions import ConnectionClosed, WebSocketException
-        from websockets.sync.client import connect
 
-        if self._ws is None:
-            headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        with Cutoff(self.timeout, self._wire) as cutoff:
+            if self._ws is None:
+                self._connect(cutoff)
+            assert self._ws is not None
             try:
-                self._ws = connect(
-                    self.ws_url,
-                    open_timeout=self.timeout,
-                    close_timeout=1,
-                    max_size=self.max_message_bytes,
-                    additional_headers=headers,
-                    compression=None,
-                )
-            except (OSError, WebSocketException, TimeoutError) as e:
-                raise ConnectionError(f"cannot reach the env server at {self.url}: {type(e).__name__}: {e}") from None
-            self._messages, self._schemas = [], None  # a new session: the server has sent nothing yet
+                try:
+                    self._ws.send(json.dumps({"type": kind, "data": data or {}}))
+                except ConnectionClosed:  # a refused session sends its error frame, then closes: read it
+                    pass
+                raw = json.loads(self._ws.recv(timeout=cutoff.left()))
+            except (TimeoutError, OSError, WebSocketException, ValueError, RecursionError) as e:
+                self._drop()
+                if cutoff.passed or isinstance(e, TimeoutError):
+                    raise ConnectionError(
+                        f"the env server at {self.url} did not answer within {self.timeout} s"
+                    ) from None
+                why = "a reply nested too deeply" if isinstance(e, RecursionError) else _brief(e)
+                raise ConnectionError(f"lost the env server at {self.url}: {why}") from None
         try:
-            try:
-                self._ws.send(json.dumps({"type": kind, "data": data or {}}))
-            except ConnectionClosed:  # a refused session sends its error frame, then closes: read it
-                pass
-            reply = json.loads(self._ws.recv(timeout=self.timeout))
-        except TimeoutError:
-            self._drop()
-            raise ConnectionError(f"the env server at {self.url} did not answer within {self.timeout} s") from None
-        except (OSError, WebSocketException, ValueError, RecursionError) as e:
+            reply = Frame.model_validate(raw)
+        except ValidationError as e:
             self._drop()
             raise ConnectionError(
-                f"lost the env server at {self.url}: {type(e).__name__}: "
-                f"{e if not isinstance(e, RecursionError) else 'a reply nested too deeply'}"
+                f"the env server at {self.url} sent a frame that is not an OpenEnv reply: {_brief(e)}"
             ) from None
-        if not isinstance(reply, dict) or not isinstance(reply.get("data"), dict):
-            self._drop()
-            raise ConnectionError(f"the env server at {self.url} sent a frame that is not an OpenEnv reply")
-        if reply.get("type") == "error":
-            message = (
-                f"{str(reply['data'].get('message'))[:2000]} (server {self.url}, code {reply['data'].get('code')})"
-            )
-            if reply["data"].get("code") in REQUEST_ERRORS:
+        if reply.type == "error":
+            try:
+                error = ServedError.model_validate(reply.data)
+            except ValidationError as e:
+                self._drop()
+                raise ConnectionError(
+                    f"the env server at {self.url} sent an error frame that is not valid: {_brief(e)}"
+                ) from None
+            message = f"{error.message[:2000]} (server {self.url}, code {error.code[:100]})"
+            if error.code in REQUEST_ERRORS:
                 raise ValueError(message)
             self._drop()
             raise ConnectionError(message)
-        return reply["data"]
+        due = "state" if kind == "state" else "observation"
+        if reply.type != due:
+            self._drop()
+            raise ConnectionError(f"the env server at {self.url} sent a {reply.type[:40]!r} frame for a {kind}")
+        return reply.data
+
+    def _connect(self, cutoff: Cutoff) -> None:
+        """Open the session over a TCP connection of our own (websockets follows no redirect on a socket it
+        is given, so the token goes nowhere else); a ``ConnectionError`` if it cannot."""
+        from websockets.exceptions import InvalidStatus, WebSocketException
+        from websockets.sync.client import connect
+
+        sock = None
+        try:
+            sock, self._wire = dial(self.ws_url, cutoff)
+            sock.settimeout(None)  # the cutoff bounds it, and websockets reads it from a thread of its own
+            self._ws = connect(
+                self.ws_url,
+                sock=sock,
+                open_timeout=cutoff.left(),
+                close_timeout=1,
+                max_size=self.max_message_bytes,
+                additional_headers={"Authorization": f"Bearer {self.token}"} if self.token else None,
+                compression=None,
+                logger=WIRE_LOG,
+            )
+        except (OSError, WebSocketException, ValueError) as e:
+            if sock is not None:
+                sock.close()
+            self._drop()
+            refused = e if isinstance(e, InvalidStatus) else e.__cause__
+            if isinstance(refused, InvalidStatus) and 300 <= refused.response.status_code < 400:
+                raise ConnectionError(
+                    self._redirected(refused.response.status_code, refused.response.headers.get("Location"))
+                ) from None
+            if cutoff.passed or isinstance(e, TimeoutError):
+                raise ConnectionError(f"the env server at {self.url} did not answer within {self.timeout} s") from None
+            raise ConnectionError(f"cannot reach the env server at {self.url}: {_brief(e)}") from None
+        self._messages, self._schemas = [], None  # a new session: the server has sent nothing yet
+
+    def _redirected(self, status: int, location: str | None) -> str:
+        return (
+            f"the env server at {self.url} answered HTTP {status}, a redirect to {str(location)[:300]!r}: "
+            "RemoteEnv follows no redirect (so that the token goes nowhere else); give the URL it points to "
+            "if you trust it"
+        )
 
     def _drop(self) -> None:
-        ws, self._ws = self._ws, None
+        ws, wire, self._ws, self._wire = self._ws, self._wire, None, None
         if ws is not None:
             try:
                 ws.close()
             except Exception:  # already gone
                 pass
+        if wire is not None:
+            wire.close()
 
     def _unpack(self, data: dict) -> tuple[dict, float, bool, bool, dict]:
         """An observation frame as ``step``'s five values, the messages and tools the session already had
@@ -177,9 +377,10 @@ class RemoteEnv(gym.Env):
             "tools": self._schemas,
             "tool_call": fields.tool_call,
         }
+        info = data["observation"]["info"]  # as sent: ServedInfo checked the keys it knows
         self.action_space.role = obs["role"]
-        self._obs, self._info = obs, fields.info
-        return obs, reply.reward or 0.0, fields.terminated, fields.truncated, fields.info
+        self._obs, self._info = obs, info
+        return obs, reply.reward or 0.0, fields.terminated, fields.truncated, info
 
     @property
     def env_id(self) -> str:
@@ -199,19 +400,49 @@ class RemoteEnv(gym.Env):
         return self._served
 
     def _get_tasks(self) -> ServedTasks:
-        from urllib.error import HTTPError, URLError
-        from urllib.request import Request, urlopen
+        from http.client import HTTPConnection, HTTPException, HTTPSConnection
 
-        url = ("http" + self.url[2:] if self.url.startswith("ws") else self.url) + "/tasks"
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        url = "http" + self.url[2:] if self.url.startswith("ws") else self.url
+        parts = urlsplit(url)
+        kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+        connection = kind(parts.hostname or "", parts.port, timeout=self.timeout)
+        wire = None
+        with Cutoff(self.timeout) as cutoff:  # however slowly the server answers
+            try:
+                sock, wire = dial(url, cutoff)
+                if parts.scheme == "https":
+                    sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
+                connection.sock = sock  # http.client follows no redirect
+                connection.request(
+                    "GET",
+                    f"{parts.path}/tasks",
+                    headers={"Authorization": f"Bearer {self.token}"} if self.token else {},
+                )
+                reply = connection.getresponse()
+                status, location, body = (
+                    reply.status,
+                    reply.getheader("Location"),
+                    reply.read(self.max_message_bytes + 1),
+                )
+            except (OSError, HTTPException, ValueError) as e:
+                if cutoff.passed or isinstance(e, TimeoutError):
+                    raise ConnectionError(
+                        f"the env server at {self.url} did not answer GET /tasks within {self.timeout} s"
+                    ) from None
+                raise ConnectionError(f"cannot reach the env server at {self.url}: {_brief(e)}") from None
+            finally:
+                connection.close()
+                if wire is not None:
+                    wire.close()
+        if 300 <= status < 400:
+            raise ConnectionError(self._redirected(status, location))
+        if status != 200:
+            hint = " (is the token right? serve --token, RemoteEnv(token=...))" if status in (401, 403) else ""
+            raise ConnectionError(f"the env server at {self.url} refused GET /tasks: HTTP {status}{hint}")
+        if len(body) > self.max_message_bytes:
+            raise ConnectionError(f"the env server at {self.url} sent a task list over {self.max_message_bytes} bytes")
         try:
-            with urlopen(Request(url, headers=headers), timeout=self.timeout) as reply:
-                return ServedTasks.model_validate_json(reply.read(self.max_message_bytes + 1))
-        except HTTPError as e:
-            hint = " (is the token right? serve --token, RemoteEnv(token=...))" if e.code in (401, 403) else ""
-            raise ConnectionError(f"the env server at {self.url} refused GET /tasks: HTTP {e.code}{hint}") from None
-        except (URLError, OSError) as e:
-            raise ConnectionError(f"cannot reach the env server at {self.url}: {e}") from None
+            return ServedTasks.model_validate_json(body)
         except ValidationError as e:
             raise ConnectionError(
                 f"the env server at {self.url} sent no task list (is it an envace-gym server?): {e.errors()[0]['msg']}"
@@ -231,26 +462,30 @@ class RemoteEnv(gym.Env):
         payload = {"text": action} if isinstance(action, str) else {"message": action}
         try:
             out = self._unpack(self._request("step", payload))
-        except ConnectionError as e:  # the server is gone, or speaks nonsense: the episode ends here, and says why
-            obs, self._obs = self._obs, None
+        except (ConnectionError, ValueError) as e:  # the server is gone, speaks nonsense or failed: the episode
+            obs, self._obs = self._obs, None  # ends here, and says why (whatever a server sends, step raises nothing)
             return obs, 0.0, True, False, {**self._info, "tool_calls": [], "ended_by": "server_error", "error": str(e)}
-        except ValueError as e:
-            raise RuntimeError(str(e)) from None
         if out[2] or out[3]:
             self._obs = None
         return out
 
     def state(self) -> dict:
         """The server's view of the session: episode id, step count, task, dynamics, role, turn."""
-        return self._request("state")
+        data = self._request("state")
+        try:
+            return ServedState.model_validate(data).model_dump()
+        except ValidationError as e:
+            self._drop()
+            raise ConnectionError(f"the env server at {self.url} sent a state that is not valid: {_brief(e)}") from None
 
     def close(self) -> None:
         if self._ws is not None:
-            try:
-                self._ws.send(json.dumps({"type": "close"}))
-            except Exception:  # the server is gone already
-                pass
-            self._drop()
+            with Cutoff(self.timeout, self._wire):  # a server that reads nothing holds no send
+                try:
+                    self._ws.send(json.dumps({"type": "close"}))
+                except Exception:  # the server is gone already
+                    pass
+                self._drop()
         super().close()
 
     def __getstate__(self) -> dict:
