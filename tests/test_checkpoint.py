@@ -163,10 +163,10 @@ def _resume_as(trainer, monkeypatch, out, **changed):
     [
         (
             {"env_id": "EnvACE/tau2-airline-v0"},
-            "its --env-id is 'EnvACE/tau2-retail-v0', this run's 'EnvACE/tau2-airline-v0'",
+            "its env_id is 'EnvACE/tau2-retail-v0', this run's 'EnvACE/tau2-airline-v0'",
         ),
-        ({"group_size": 3}, "its --group-size is 2, this run's 3"),
-        ({"model": "hf:another", "lr": 0.5}, "its --model is .*; its --lr is 0.001, this run's 0.5"),
+        ({"group_size": 3}, "its group_size is 2, this run's 3"),
+        ({"model": "hf:another", "lr": 0.5}, "its model is .*; its lr is 0.001, this run's 0.5"),
     ],
 )
 def test_resume_refuses_the_checkpoint_of_another_run_in_one_line(trained, tmp_path, monkeypatch, changed, says):

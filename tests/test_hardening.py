@@ -365,3 +365,14 @@ def test_replayed_responses_pass_the_checks_real_ones_do(response, code):
     assert info["tool_calls"][0]["error"] == code
     content = obs["messages"][-1]["content"]
     assert list(json.loads(content)) == ["error"] and len(content) < 2000  # the recording's value is gone
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), (float("-inf"), {})])
+def test_a_reward_that_is_not_a_finite_number_fails_its_episode_with_a_clear_error(value):
+    def odd(episode):
+        return value
+
+    env = gym.make("EnvACE/tau2-retail-v0", reward=odd)
+    record = run_episode(env, agents.load("oracle", env=env), "5")
+    assert record["reward"] == 0.0 and record["reward_source"] == "odd"
+    assert "the reward 'odd' is not a finite number" in record["error"]

@@ -257,3 +257,248 @@ def test_delta_sessions_send_what_is_new_so_a_steps_reply_does_not_grow_with_the
 def test_the_oracle_refuses_a_remote_env_in_one_line_since_gold_answers_never_cross_the_wire():
     with pytest.raises(ValueError, match="gold answers never cross the wire"):
         agents.load("oracle", env=RemoteEnv("http://127.0.0.1:9"))
+
+
+@contextmanager
+def fake_env_server(replies: list, tasks: dict):
+    """``fake_server`` that also answers ``GET /tasks`` with ``tasks``, as ``run --url`` asks first."""
+    todo = list(replies)
+
+    def handler(ws):
+        for _ in ws:
+            reply = todo.pop(0)
+            ws.send(reply if isinstance(reply, str) else json.dumps(reply))
+
+    def process_request(connection, request):
+        return connection.respond(200, json.dumps(tasks)) if request.path == "/tasks" else None
+
+    with serve(handler, "127.0.0.1", 0, process_request=process_request) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}"
+        server.shutdown()
+
+
+def test_run_url_ends_an_episode_whose_reply_breaks_the_contract_as_server_error_and_goes_on(tmp_path):
+    from envace_gym.runs import Run, RunConfig
+    from tests.test_openenv import Recorded
+
+    call = {"id": "c1", "name": "find", "arguments": {}, "requestor": "assistant", "source": "real", "error": None}
+    bad = {
+        "tool_calls of numbers": frame(info=INFO | {"tool_calls": [1, 2]}),
+        "no dynamics": frame(info={k: v for k, v in INFO.items() if k != "dynamics"}),
+        "turn as text": frame(info=INFO | {"turn": "3"}),
+        "fidelity as text": frame(info=INFO | {"tool_calls": [call | {"fidelity": "high"}]}),
+        "reward_info a list": frame(terminated=True, info=INFO | {"ended_by": "user_stop", "reward_info": [1]}),
+        "ended without ended_by": frame(terminated=True),
+        "error code a list": {"type": "error", "data": {"message": "no", "code": ["EXECUTION_ERROR"]}},
+        "error message an object": {"type": "error", "data": {"message": {"a": 1}, "code": "EXECUTION_ERROR"}},
+        "a well-formed error": {"type": "error", "data": {"message": "the env broke", "code": "EXECUTION_ERROR"}},
+        "a state frame": {"type": "state", "data": {}},
+    }
+    last = frame(reward=1.0, terminated=True, info=INFO | {"turn": 1, "ended_by": "user_stop", "tool_calls": [call]})
+    replies = [r for step in bad.values() for r in (frame(), step)] + [frame(), last]
+    ids = [str(i) for i in range(len(bad) + 1)]
+    tasks = {"env_id": "fake/v0", "split": None, "task_ids": ids, "dynamics": "real", "reward": None, "max_turns": 5}
+    with fake_env_server(replies, tasks) as url:
+        job = Run(RunConfig(None, url=url, agent="random", out=str(tmp_path / "r.jsonl")))
+        job.agent = Recorded(["hello"] * len(ids))
+        records = list(job)
+    assert [r["task_id"] for r in records] == ids  # every episode played: none aborted the run
+    for case, record in zip(bad, records):
+        assert record["ended_by"] == "server_error" and url in record["error"], case
+        assert (record["reward"], record["dynamics"], record["turns"], record["tool_calls"]) == (0.0, "real", 0, 0)
+    assert (records[-1]["ended_by"], records[-1]["reward"], records[-1]["tool_calls"]) == ("user_stop", 1.0, 1)
+    with fake_server([frame(info={})]) as url, pytest.raises(ConnectionError, match=url):  # a reset's info too
+        RemoteEnv(url, timeout=10).reset(seed=0)
+
+
+def finishes_within(seconds: float, fn) -> BaseException | None:
+    """What ``fn()`` raised (None: nothing), asserting that it returned within ``seconds``."""
+    outcome: list = []
+
+    def run():
+        try:
+            fn()
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 (handed to the test)
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still running after {seconds} s"
+    print(f"returned after {time.monotonic() - started:.2f} s")
+    return outcome[0]
+
+
+@contextmanager
+def raw_server(serve_one):
+    """A loopback TCP server that runs ``serve_one(connection)`` for each connection, in a thread of its own."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve_one, args=(connection, stop), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def read_head(connection: socket.socket) -> bytes:
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += connection.recv(65536)
+    return head
+
+
+def test_remote_env_bounds_each_whole_request_by_its_timeout_however_slowly_the_server_drips():
+    import base64
+    import hashlib
+
+    def drip(connection, stop):  # a byte every 50 ms: no single read ever waits a second
+        read_head(connection)
+        with connection:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100_000:
+                if stop.is_set():
+                    return
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.05)
+
+    def deaf(connection, stop):  # opens the WebSocket, then reads nothing more
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in read_head(connection).split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        connection.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
+        stop.wait(30)
+        connection.close()
+
+    with raw_server(drip) as url:
+        error = finishes_within(5, RemoteEnv(url, timeout=1).tasks)
+        assert isinstance(error, ConnectionError) and f"at {url} did not answer GET /tasks within 1" in str(error)
+    with raw_server(deaf) as url:  # a send the server never reads, 16 MB: held by no socket timeout
+        env = RemoteEnv(url, timeout=1)
+        error = finishes_within(5, lambda: env.reset(options={"task_id": "x" * 16_000_000}))
+        assert isinstance(error, ConnectionError) and f"at {url} did not answer within 1" in str(error)
+
+
+def test_remote_env_follows_no_redirect_and_sends_its_token_nowhere_else():
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[dict] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(dict(self.headers))
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    target = f"http://127.0.0.1:{elsewhere.server_port}"
+
+    class Redirect(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # as a WebSocket client asks
+
+        def do_GET(self):
+            self.send_response(307 if self.path.startswith("/tasks") else 302)
+            self.send_header("Location", target + self.path if self.path.startswith("/tasks") else "/again")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    redirect = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    for server in (elsewhere, redirect):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{redirect.server_port}"
+    try:
+        env = RemoteEnv(url, timeout=5, token=TOKEN)
+        with pytest.raises(ConnectionError, match=f"{url} answered HTTP 307, a redirect to '{target}/tasks'") as e:
+            env.tasks()
+        assert TOKEN not in str(e.value)
+        with pytest.raises(ConnectionError, match=f"{url} answered HTTP 302, a redirect to '/again'") as e:
+            env.reset(seed=0)  # the WebSocket's handshake: same-origin, and still not followed
+        assert TOKEN not in str(e.value)
+        assert seen == []  # the token went nowhere else
+    finally:
+        for server in (elsewhere, redirect):
+            server.shutdown()
+            server.server_close()
+
+
+def test_a_request_carrying_the_token_more_than_once_is_refused_so_each_request_is_one_guess():
+    with serving(EnvServer(MOCK, max_sessions=1, token=TOKEN)) as url:
+        guesses = [("token", f"guess-{i:04d}") for i in range(600)] + [("token", TOKEN)]
+
+        def status(query=(), **headers) -> int:
+            headers = {k.replace("_", "-"): v for k, v in headers.items()}
+            return requests.get(f"{url}/capacity", params=list(query), headers=headers, timeout=5).status_code
+
+        assert status(guesses) == 403 and status([("token", TOKEN)] * 2) == 403
+        assert status([("token", TOKEN)]) == status(X_EnvACE_Token=TOKEN) == 200
+        assert status([("token", TOKEN)], Authorization=f"Bearer {TOKEN}") == 200  # two carriers, each once: right
+        assert status([("token", "wrong-guess")], Authorization=f"Bearer {TOKEN}") == 403  # every value must be it
+        assert status(Authorization=f"Bearer {TOKEN}", X_EnvACE_Token="wrong-guess") == 403
+        assert handshake(url, f"/ws?token=guess-0000&token={TOKEN}") == 403
+        for name, value in (("X-EnvACE-Token", TOKEN), ("Authorization", f"Bearer {TOKEN}")):
+            with raw_http(url) as s:  # the same header twice
+                s.sendall(
+                    f"GET /capacity HTTP/1.1\r\nHost: 127.0.0.1\r\n{name}: wrong-guess-xx\r\n{name}: {value}\r\n"
+                    "\r\n".encode()
+                )
+                reply = s.recv(4096)
+                assert reply.startswith(b"HTTP/1.1 403") and TOKEN.encode() not in reply, name
+
+
+def test_connections_without_a_request_take_no_authorised_clients_place_and_requests_in_progress_are_capped():
+    ok = {"Authorization": f"Bearer {TOKEN}"}
+    with serving(EnvServer(MOCK, max_sessions=1, max_connections=4, token=TOKEN)) as url:
+        half_open = [raw_http(url) for _ in range(12)]
+        for s in half_open:
+            s.sendall(b"GET /capacity HTTP/1.1\r\nHo")  # never completed, never authenticated
+        time.sleep(0.3)
+        assert requests.get(f"{url}/capacity", headers=ok, timeout=5).ok  # not 503
+        closed = 0
+        for s in half_open:  # past the cap, the longest waiting were closed at once
+            s.settimeout(0.5)
+            try:
+                closed += s.recv(4096) == b""
+            except TimeoutError:
+                pass
+            s.close()
+        assert closed >= 8, closed
+        held = [raw_http(url) for _ in range(4)]
+        for s in held:  # four authorised requests in progress: their bodies are not all there
+            s.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n".encode())
+            s.sendall(b"Content-Length: 100\r\n\r\n{")
+        time.sleep(0.3)
+        assert requests.get(f"{url}/capacity", headers=ok, timeout=5).status_code == 503
+        for s in held:
+            s.close()
+        time.sleep(0.3)
+        assert requests.get(f"{url}/capacity", headers=ok, timeout=5).ok
+        env = RemoteEnv(url, timeout=10, token=TOKEN)  # and a session
+        assert env.reset(seed=0)[0]["role"] == "act"
+        env.close()

@@ -264,7 +264,9 @@ def test_tool_calls_that_are_not_calls_or_nest_too_deep_are_value_errors_naming_
     path = tmp_path / "runs.jsonl"
     for line in bad.values():
         path.write_text(good + "\n" + line + "\n")
-        with pytest.raises(ValueError, match="runs.jsonl(:2: nested deeper| episode 2: message 1's 'tool_calls' must be)"):
+        with pytest.raises(
+            ValueError, match="runs.jsonl(:2: nested deeper| episode 2: message 1's 'tool_calls' must be)"
+        ):
             load_episodes(path)
     path.write_text(good + "\n")
     assert len(load_episodes(path)) == 1
@@ -374,3 +376,24 @@ def test_the_cli_warm_starts_a_model_that_train_starts_from(tiny, tmp_path):
         ],
     )
     assert result.exit_code == 2 and "roles" in result.output
+
+
+def test_records_holding_u2028_u2029_or_u0085_load_and_a_line_cut_short_is_named(tmp_path):
+    """Lines end at \\n only, as records.rows reads them: text written with ensure_ascii=False keeps them."""
+    text = "a\u2028b\u2029c\x85d"
+    record = {
+        "messages": [{"role": "user", "content": text}, {"role": "assistant", "content": text}],
+        "tools": [],
+        "opening_messages": 1,
+        "real_call_ids": [],
+    }
+    path = tmp_path / "runs.jsonl"
+    line = json.dumps(record, ensure_ascii=False)
+    path.write_text(f"{line}\n\n{line}\n", encoding="utf-8")
+    assert load_episodes(path) == [record, record] and load_episodes(path, 1) == [record]
+    path.write_text(f"{line}\n{line[:40]}", encoding="utf-8")  # killed mid-write
+    with pytest.raises(ValueError, match="runs.jsonl:2: not JSON"):
+        load_episodes(path)
+    path.write_bytes(line.encode() + b"\n\xff\n")
+    with pytest.raises(ValueError, match="runs.jsonl: not UTF-8 text"):
+        load_episodes(path)

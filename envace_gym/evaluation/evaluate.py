@@ -187,7 +187,7 @@ class Evaluation:
             out=str(self.out / "records" / id_path(env_id) / f"{kind}.jsonl"),
         )
 
-    def runs(self) -> Iterator[tuple[Benchmark, Run | None]]:
+    def runs(self) -> Iterator[tuple[Benchmark, Run]]:
         """Each env's run, set up (and checked) in turn, plain then under private rehearsal: ``(benchmark,
         run)``; an env that cannot run here is recorded in ``skipped`` with the reason and yields no run."""
         made = False
@@ -228,7 +228,9 @@ class Evaluation:
             if not envs:
                 continue
             for name in dict.fromkeys((c.agent, "oracle", "knn")):
-                calls, failures, why = [], [], None
+                calls: list[dict] = []
+                failures: list[tuple[str, str]] = []
+                why = None
                 for env_id in envs:
                     try:
                         calls += self._compared(b, env_id, name, failures, on_call)
@@ -307,7 +309,7 @@ class Evaluation:
         """``result``'s coverage of the whole benchmark: per env of it (the paper's whole set for a paper
         benchmark) the tasks played of its split's, and each category not wrapped; partial where any falls short."""
         whole = next((p for p in PAPER if p.name == b.name), b)
-        counts = {}
+        counts: dict[str, tuple[int, int | None]] = {}
         for env_id in whole.env_ids:
             played, total = self.counts.get(env_id) or (0, task_count(env_id, whole.split))
             counts[env_id] = played, total
@@ -318,8 +320,8 @@ class Evaluation:
             counts[category] = 0, absent_category(category)["total_count"]
             result.coverage[category] = f"0/{counts[category][1]} tasks (not wrapped)"
         result.tasks = sum(played for played, _ in counts.values())
-        totals = [total for _, total in counts.values()]
-        result.full_tasks = None if None in totals else sum(totals)
+        totals = [total for _, total in counts.values() if total is not None]
+        result.full_tasks = sum(totals) if len(totals) == len(counts) else None
         result.partial = any(total is None or played < total for played, total in counts.values())
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import torch
 
 from envace_gym.agents.hf import PLAY_SETTINGS
-from envace_gym.settings import option
 
 MANIFEST = "manifest.json"
 DIGEST = re.compile("[0-9a-f]{64}")
@@ -92,8 +91,9 @@ def load_state(folder: Path) -> dict:
         state = torch.load(path, weights_only=True, mmap=True)
     except Exception as e:  # not a torch file, or one holding what weights_only refuses
         raise CheckpointError(f"{path} is not a training state: {first_line(e)}") from None
-    if not isinstance(state, dict) or not set(STATE) <= set(state):
-        raise CheckpointError(f"{path} is not a training state: it lacks {', '.join(STATE)}")
+    missing = [k for k in STATE if k not in state] if isinstance(state, dict) else list(STATE)
+    if missing:
+        raise CheckpointError(f"{path} is not a training state: it lacks {', '.join(missing)}")
     return state
 
 
@@ -113,9 +113,9 @@ def check_same_run(folder: Path, saved, given: dict, resumable: tuple[str, ...])
     if differ:
         raise CheckpointError(
             f"{folder} is the checkpoint of another run: "
-            + "; ".join(f"its {option(k)} is {saved[k]!r:.80}, this run's {given[k]!r:.80}" for k in differ)
-            + f"; resume with the same settings (only {', '.join(option(k) for k in resumable if k in given)} "
-            "may change), or give another --out"
+            + "; ".join(f"its {k} is {saved[k]!r:.80}, this run's {given[k]!r:.80}" for k in differ)
+            + f"; resume with the same settings (only {', '.join(k for k in resumable if k in given)} may change), "
+            "or give another --out"
         )
 
 

@@ -424,6 +424,8 @@ class RemoteEnv(gym.Env):
                     reply.getheader("Location"),
                     reply.read(self.max_message_bytes + 1),
                 )
+                if cutoff.passed:  # cut short: what was read is not the whole reply
+                    raise TimeoutError
             except (OSError, HTTPException, ValueError) as e:
                 if cutoff.passed or isinstance(e, TimeoutError):
                     raise ConnectionError(
