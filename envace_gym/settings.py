@@ -10,7 +10,6 @@ import types
 from collections.abc import Iterable, Mapping
 from copy import copy
 from dataclasses import MISSING, dataclass, field, fields
-from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 
@@ -30,7 +29,7 @@ class Range:
     most: float = math.inf
     above: bool = False
 
-    def __contains__(self, value: float) -> bool:
+    def __contains__(self, value: Any) -> bool:
         return (value > self.least if self.above else value >= self.least) and value <= self.most
 
     def __str__(self) -> str:
@@ -69,7 +68,6 @@ def check_number(label: str, value: Any, within: Range | None = None, whole: boo
         raise ValueError(f"{label} must be {within}, got {value!r:.80}")
 
 
-@cache
 def numeric_fields(cls: type) -> dict[str, tuple[bool, bool]]:
     """The int and float fields of the dataclass ``cls``: ``(whole, optional)`` by name."""
     hints, out = get_type_hints(cls), {}
@@ -82,7 +80,7 @@ def numeric_fields(cls: type) -> dict[str, tuple[bool, bool]]:
     return out
 
 
-def check_settings(config: Any, ranges: Mapping[Range, Iterable[str]]) -> None:
+def check_settings(config: object, ranges: Mapping[Range, Iterable[str]]) -> None:
     """Refuse a number field of the dataclass ``config`` that is not a finite number of its type
     (None passes where the field allows it: not given) or, named in ``ranges`` (range -> names),
     out of its range: a ValueError naming it as its option, ``--NAME``."""

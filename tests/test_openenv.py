@@ -335,8 +335,10 @@ class Recorded(agents.Agent):
 
 
 @pytest.mark.parametrize("dynamics", ["real", "rehearsed"])
-def test_run_url_plays_a_served_env_with_the_records_of_an_in_process_run(tmp_path, dynamics):
+def test_run_url_plays_a_served_env_with_the_records_of_an_in_process_run(tmp_path, monkeypatch, dynamics):
     from envace_gym.runs import Run, RunConfig
+
+    monkeypatch.chdir(tmp_path)  # the default records file is under ./runs
 
     local = list(
         Run(
@@ -358,7 +360,7 @@ def test_run_url_plays_a_served_env_with_the_records_of_an_in_process_run(tmp_pa
         job.agent = Recorded(actions)
         remote = list(job)
         assert not server.sessions  # the run closed its session
-    assert job.out.name == f"tau2-mock-v0-random-{dynamics}.jsonl" and job.out.exists()
+    assert job.out.as_posix() == f"runs/EnvACE/tau2-mock-v0/random-{dynamics}.jsonl" and job.out.exists()
     assert [r["task_id"] for r in remote] == [r["task_id"] for r in local]
     for got, want in zip(remote, local):
         assert {k: v for k, v in got.items() if k not in ("seconds", "agent")} == {

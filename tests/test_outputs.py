@@ -32,7 +32,8 @@ def finmcp_file(path: Path) -> Path:
     return path
 
 
-def test_safe_names_are_plain_file_names_and_never_collide():
+def test_safe_names_are_plain_file_names_and_never_collide(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # records_file makes the default file's folder
     names = ["oracle", "hf:runs/train/step-1", "hf:runs/sft/step-2", "dir/agents.py:Me", "dir_agents.py_Me", "a" * 200]
     safe = [safe_name(n) for n in names]
     assert safe[0] == "oracle" and len(set(safe)) == len(names)

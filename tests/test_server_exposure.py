@@ -502,3 +502,16 @@ def test_connections_without_a_request_take_no_authorised_clients_place_and_requ
         env = RemoteEnv(url, timeout=10, token=TOKEN)  # and a session
         assert env.reset(seed=0)[0]["role"] == "act"
         env.close()
+
+
+def test_the_token_is_in_no_log_even_at_debug_level(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    with serving(EnvServer(MOCK, max_sessions=1, token=TOKEN)) as url:
+        env = RemoteEnv(url, timeout=10, token=TOKEN)
+        env.tasks()
+        env.reset(seed=0)
+        env.step("hello")
+        env.close()
+    assert TOKEN not in caplog.text  # websockets logs a handshake's headers at DEBUG

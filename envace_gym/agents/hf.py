@@ -15,8 +15,10 @@ from envace_gym.settings import COUNT, NONNEGATIVE, Range, check_number
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PLAY_SETTINGS = "envace.json"  # in a checkpoint of `train`: the env, turn limit and tokens per turn it trained with
-MAX_PLAY_TURNS = 1000  # the most turns a checkpoint's play settings may set (more is cut to it)
-MAX_PLAY_TOKENS = 32_768  # the most tokens per turn they may set for a model whose context length is not known
+#: The most turns a checkpoint's play settings may set (more is cut to it).
+MAX_PLAY_TURNS = 1000
+#: The most tokens per turn they may set where the model's context length is not known (more is cut to it).
+MAX_PLAY_TOKENS = 32_768
 
 
 def play_settings(path: str | Path) -> dict:

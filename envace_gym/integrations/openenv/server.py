@@ -169,8 +169,9 @@ class EnvServer:
     seconds is closed. A message over ``max_message_bytes`` is refused, the session kept.
 
     ``token``: a shared secret every request but ``/health`` must carry; ``allow_origins``: browser
-    origins allowed besides loopback ones (``*``: any); at most ``max_connections`` connections are
-    open at once (past it, 503)."""
+    origins allowed besides loopback ones (``*``: any); at most ``max_connections`` requests are in
+    progress at once (past it, 503), and as many connections wait for a request (past it, the longest
+    waiting is closed), so that connections that send nothing keep no client out."""
 
     def __init__(
         self,
@@ -428,7 +429,7 @@ class EnvServer:
 
 def uvicorn_config(server: EnvServer, host: str, port: int):
     """uvicorn's settings for ``server`` bound to ``host``: the :class:`~envace_gym.integrations.openenv.access.Guard`
-    in front, head and keep-alive timeouts, and the connection cap."""
+    in front, head and keep-alive timeouts, and the caps on requests in progress and connections waiting."""
     import uvicorn
 
     app = Guard(server.app, Access(host, server.allow_origins, server.token), server.max_message_bytes)
