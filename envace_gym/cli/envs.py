@@ -132,7 +132,9 @@ def serve(
             )
         ),
     ] = None,
-    max_connections: Annotated[int, typer.Option(help="Requests in progress at once (more are answered 503), and idle connections kept.")] = 64,
+    max_connections: Annotated[
+        int, typer.Option(help="Requests in progress at once (more are answered 503), and idle connections kept.")
+    ] = 64,
 ) -> None:
     """Serve an env over OpenEnv's wire protocol: one env per WebSocket session (/ws)."""
     with user_errors():
