@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ANSWERERS = ("world", "policy", "simulator", "recording", "either")
+ANSWERERS = ("world", "policy", "simulator", "recording", "either", "router")
 
 
 @dataclass(frozen=True)
@@ -14,9 +14,11 @@ class Dynamics:
 
     ``answers``: who answers each call in the conversation: the ``world`` (its real tools), the
     ``policy`` (the acting agent, on a rehearse turn), a frozen ``simulator`` agent, a
-    ``recording`` (recorded responses), or ``either`` world or policy (a coin with ``p_real``
-    per call). ``shadow``: the policy also rehearses each call the world answers, and its
-    response is kept beside the real one with their fidelity. ``default_reward``: the reward
+    ``recording`` (recorded responses), ``either`` world or policy (a coin with ``p_real``
+    per call), or a ``router`` (:class:`~envace_gym.routing.FidelityRouter`: the world, with the
+    policy's rehearsal beside it, where the policy's estimated fidelity is low, else the policy).
+    ``shadow``: the policy also rehearses each call the world answers, and its response is kept
+    beside the real one with their fidelity. ``default_reward``: the reward
     an episode gets when none is given.
     """
 
@@ -33,7 +35,7 @@ class Dynamics:
     def rehearses(self) -> bool:
         """Whether the policy writes tool responses (rehearse turns), which a tool loop outside the env
         (TRL's ``environment_factory``) cannot drive."""
-        return self.answers in ("policy", "either") or self.shadow
+        return self.answers in ("policy", "either", "router") or self.shadow
 
 
 # by name, in the order the names are listed to users
@@ -46,6 +48,7 @@ DYNAMICS: dict[str, Dynamics] = {
         Dynamics("replay", "recording", "actions"),
         Dynamics("mixed", "either", "actions"),
         Dynamics("shadow", "world", "world", shadow=True),
+        Dynamics("adaptive", "router", "actions"),
     )
 }
 

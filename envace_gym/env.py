@@ -28,6 +28,7 @@ from envace_gym.messages import (
 )
 from envace_gym.rehearse_prompts import REHEARSAL_FORMATS, ResponseCache, episode_prompt
 from envace_gym.rewards import RewardFn, check_reward, resolve_reward, score_episode
+from envace_gym.routing import FidelityRouter
 from envace_gym.spaces import ActionSpace, ObservationSpace
 from envace_gym.suite import Suite, User
 
@@ -41,7 +42,10 @@ class EnvACEEnv(gym.Env):
     by the agent itself on following ``rehearse`` turns (``rehearsed``, ``shadow``),
     by a frozen ``simulator`` agent or agent name (``simulated``), by recorded responses
     (``replay``: ``recordings=`` or the task's gold run), or by a coin with
-    ``p_real`` (``mixed``). The reward is terminal; ``info["reward_source"]`` names it.
+    ``p_real`` (``mixed``), or by where the policy's rehearsals have proved faithful (``adaptive``:
+    ``router``, a :class:`~envace_gym.routing.FidelityRouter` that may be shared by several envs, sends a
+    call to the real world, with the policy's rehearsal beside it, until the policy rehearses that tool
+    faithfully, and then to the policy). The reward is terminal; ``info["reward_source"]`` names it.
     ``max_turns`` bounds the act turns of an episode (None: no bound) and
     ``max_steps_per_turn`` the tool-calling act turns between two user messages;
     passing either ends the episode as truncated. A one-step suite (BFCL's
@@ -89,6 +93,7 @@ class EnvACEEnv(gym.Env):
         examples_per_tool: int = 3,
         limits: Limits | None = None,
         render_mode: str | None = None,
+        router: FidelityRouter | None = None,
     ):
         self.suite = suite
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
@@ -115,6 +120,8 @@ class EnvACEEnv(gym.Env):
         self.user_kwargs = user_kwargs or {}
         self.max_turns, self.max_steps_per_turn = max_turns, max_steps_per_turn
         self.p_real, self.simulator = p_real, simulator
+        self.router = router if router is not None else FidelityRouter()
+        self._routes: dict[str, dict] = {}  # call id -> the estimate and reason that routed it (adaptive)
         self.recordings = recordings
         self.rehearsal_format, self.response_cache = rehearsal_format, response_cache
         self.examples_per_tool = examples_per_tool
@@ -281,7 +288,7 @@ class EnvACEEnv(gym.Env):
         if dynamics is not None:
             clone._replay_table = self._recording_table(dynamics, ep.task)
             # pending calls are answered as the new dynamics answer them
-            clone._pending = deque((call, clone._source()) for call, _ in clone._pending)
+            clone._pending = deque((call, clone._source(call)) for call, _ in clone._pending)
             try:
                 clone._advance([])
             except Exception as e:
@@ -324,7 +331,7 @@ class EnvACEEnv(gym.Env):
             return
         if calls:
             self._turn_steps += 1
-            self._pending.extend((call, self._source()) for call in calls)
+            self._pending.extend((call, self._source(call)) for call in calls)
             return
         reply = self._guarded(self._user.reply, text, ep.world, seconds=self.limits.user_seconds)
         if reply is None:
@@ -405,7 +412,7 @@ class EnvACEEnv(gym.Env):
             error = self._check(call)
             if error is not None:
                 self._answer(call, "rejected", error.content(), records)
-            elif answers == "policy" or (answers == "world" and shadow):
+            elif answers in ("policy", "shadow") or (answers == "world" and shadow):
                 self.action_space.role = "rehearse"
                 return
             elif answers == "world":
@@ -422,24 +429,37 @@ class EnvACEEnv(gym.Env):
                 self._answer(call, "simulated", content, records)
         self.action_space.role = "act"
 
-    def _source(self) -> str:
-        """Who answers the next call under this episode's dynamics (``either``: a coin per call)."""
+    def _source(self, call: ToolCall) -> str:
+        """Who answers ``call`` under this episode's dynamics (``either``: a coin per call; ``router``: the
+        router's choice, ``shadow`` or ``policy``, kept with its reason for the call's record)."""
         answers = DYNAMICS[self._live.dynamics].answers
         if answers == "either":
             return "world" if self.np_random.random() < self.p_real else "policy"
+        if answers == "router":
+            answers, self._routes[call.id] = self.router.route(call.name, call.arguments, self.np_random)
         return answers
 
     def _rehearse(self, action: Any, records: list[CallRecord]) -> None:
         call, answers = self._pending[0]
         rehearsed, parsed = rehearsal_content(action, self.limits.response_chars)
         self._rehearsal_errors += not parsed
-        if answers != "world":  # the world answers a rehearsed call under shadow dynamics only
-            self._answer(call, "rehearsed", rehearsed, records)
+        route = self._routes.pop(call.id, None)
+        if answers not in ("world", "shadow"):  # the world answers a rehearsed call under shadow dynamics only
+            self._answer(call, "rehearsed", rehearsed, records, route=route)
             return
         source, response = self._execute(call)
         score = fidelity(response.content, rehearsed)
+        if answers == "shadow" and source == "real":
+            self.router.update(call.name, call.arguments, score)
         self._answer(
-            call, source, response.content, records, native=response.native, rehearsed=rehearsed, fidelity=score
+            call,
+            source,
+            response.content,
+            records,
+            native=response.native,
+            rehearsed=rehearsed,
+            fidelity=score,
+            route=route,
         )
 
     def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord], **extra: Any) -> None:

@@ -30,6 +30,7 @@ class CallRecord:
     rehearsed: str | None = None  # shadow dynamics: what the agent rehearsed
     fidelity: dict | None = None
     position: int = -1  # index in the episode's messages of the message this call precedes
+    route: dict | None = None  # adaptive dynamics: the estimate and reason that routed the call
 
     @property
     def ran(self) -> bool:
@@ -48,6 +49,8 @@ class CallRecord:
         if self.rehearsed is not None:
             out["real"], out["rehearsed"] = self.content, self.rehearsed
             out["fidelity"] = self.fidelity
+        if self.route is not None:
+            out["route"] = self.route
         return out
 
 

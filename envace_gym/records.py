@@ -109,6 +109,11 @@ class RunRecord(BaseModel):
     rehearsal_seconds: float = Field(
         default=0.0, description="Private rehearsal: seconds spent rehearsing, rounded to 4 decimals."
     )
+    routes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Adaptive dynamics: per routed call, its tool, who answered it (real or rehearsed) and the "
+        "router's estimate, count and reason that chose; left out of the JSON when empty.",
+    )
     private_context: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Private rehearsal: per "
@@ -119,10 +124,11 @@ class RunRecord(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_empty_context(self, handler) -> dict:
-        """The fields, ``private_context`` left out when empty."""
+        """The fields, ``routes`` and ``private_context`` left out when empty."""
         record = handler(self)
-        if not record.get("private_context"):
-            record.pop("private_context", None)
+        for name in ("routes", "private_context"):
+            if not record.get(name):
+                record.pop(name, None)
         return record
 
 

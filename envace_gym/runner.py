@@ -86,6 +86,7 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
         opening_messages=opening,
         real_call_ids=real_ids,
         real_calls=len(real_ids),
+        routes=[{"tool": c["name"], "source": c["source"], **c["route"]} for c in answered if c.get("route")],
         **agent.episode_stats(),
     ).model_dump()
 

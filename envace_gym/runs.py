@@ -26,6 +26,7 @@ from envace_gym.env import EnvACEEnv
 from envace_gym.records import OutputLock, id_path, resume_records, safe_name, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.rewards import REWARDS, SPEC_REWARDS
+from envace_gym.routing import FidelityRouter
 from envace_gym.runner import make_envs, run_batched
 from envace_gym.settings import COUNT, NONNEGATIVE, SEED, SHARE, check_settings, setting
 from envace_gym.specs import parse_spec
@@ -152,6 +153,8 @@ class Run:
         self.make_kwargs = env_kwargs(
             env_id, c.split, c.task_ids, dynamics=c.dynamics, **{k: v for k, v in given.items() if v is not None}
         )
+        if get_dynamics(c.dynamics).answers == "router":  # one router for the run's envs (each Ray worker: its copy)
+            self.make_kwargs["router"] = FidelityRouter()
         if c.reward is None:
             with closing(gym.make(env_id, **self.make_kwargs)) as made:  # an MCP env's server stops with it
                 probe = made.unwrapped

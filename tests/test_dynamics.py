@@ -17,8 +17,9 @@ SOURCES = {
     "simulator": {"simulated"},
     "recording": {"replay"},
     "either": {"real", "rehearsed"},
+    "router": {"real"},  # a new router trusts no tool yet: each call is a shadow call of the world's
 }
-NAMES = ("real", "rehearsed", "simulated", "replay", "mixed", "shadow")
+NAMES = ("real", "rehearsed", "simulated", "replay", "mixed", "shadow", "adaptive")
 
 
 def make(name: str, **kwargs):
@@ -41,7 +42,8 @@ def test_the_entry_decides_who_answers_and_the_default_reward(name):
     calls = [c for i in infos for c in i["tool_calls"]]
     assert calls and {c["source"] for c in calls} == SOURCES[dynamics.answers]  # seed 0 draws both under mixed
     assert any(i["role"] == "rehearse" for i in infos) == dynamics.rehearses
-    assert all(("rehearsed" in c and "fidelity" in c) == dynamics.shadow for c in calls)
+    shadowed = dynamics.shadow or dynamics.answers == "router"  # the router measures the calls it sends out
+    assert all(("rehearsed" in c and "fidelity" in c) == (shadowed and c["source"] == "real") for c in calls)
     assert reward == 1.0 and info["reward_source"] == dynamics.default_reward
 
 
@@ -68,8 +70,9 @@ def test_a_fork_answers_the_pending_call_as_its_dynamics_do(name):
         clone.step(oracle.bind(clone).act(clone.observation()))
     call = clone.episode.calls[-1]
     assert call.source in SOURCES[dynamics.answers]
-    assert rehearsed == (call.source == "rehearsed" or dynamics.shadow)
-    assert (call.rehearsed is not None) == dynamics.shadow
+    shadowed = dynamics.shadow or dynamics.answers == "router"
+    assert rehearsed == (call.source == "rehearsed" or shadowed)
+    assert (call.rehearsed is not None) == shadowed
     assert (clone._replay_table is not None) == (dynamics.answers == "recording")
 
 

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from envace_gym.bounded import Response
+from envace_gym.dynamics import DYNAMICS
 from envace_gym.env import EnvACEEnv
 from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
 from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld
@@ -21,7 +22,7 @@ from envace_gym.messages import format_tool_call
 from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Suite, World
 from envace_gym.tools import MAX_TOOLS, ToolSet
 
-WORLD_DYNAMICS = ("real", "mixed", "shadow")  # the dynamics whose calls a world executes
+WORLD_ANSWERERS = ("world", "either", "router")  # the dynamics whose calls a world executes
 MAX_PAGES, LIST_SECONDS = 100, 60.0  # bounds of one tools/list: pages followed, seconds in all
 
 
@@ -223,7 +224,7 @@ class MCPEnv(EnvACEEnv):
 
     def fork(self, dynamics: str | None = None, reward: Any = None) -> MCPEnv:
         ep = self.episode
-        if ep is None or (dynamics or ep.dynamics) in WORLD_DYNAMICS:
+        if ep is None or DYNAMICS[dynamics or ep.dynamics].answers in WORLD_ANSWERERS:
             if ep is not None and isinstance(ep.world, DetachedWorld):
                 raise ForkError(
                     "this branch was forked without a world, so it has none to fork under "

@@ -52,6 +52,7 @@ class ServedCall(BaseModel):
     real: str | None = None
     rehearsed: str | None = None
     fidelity: Fidelity | None = None
+    route: dict[str, Any] | None = None
 
 
 class ServedInfo(BaseModel):

@@ -1,0 +1,107 @@
+"""Adaptive dynamics: the router's estimates and choices, episodes under it, and its state."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from typer.testing import CliRunner
+
+import envace_gym  # noqa: F401
+from envace_gym import agents
+from envace_gym.cli import app
+from envace_gym.routing import FidelityRouter, merge
+from envace_gym.runner import run_episode
+
+OFFICE = "EnvACE/tau2-mock-office-v0"
+PERFECT = {"parsed": True, "shape": 1.0, "leaf_match": 1.0, "error_agree": True, "exact": True}
+WRONG = PERFECT | {"leaf_match": 0.0, "exact": False}
+
+
+def test_the_router_asks_the_world_until_the_rehearsal_proves_faithful():
+    router, rng = FidelityRouter(min_calls=3, explore=0.0), np.random.default_rng(0)
+    for _ in range(3):
+        route, why = router.route("get", {"id": 1}, rng)
+        assert route == "shadow" and why["reason"] == "uncertain"
+        router.update("get", {"id": 1}, PERFECT)
+    route, why = router.route("get", {"id": 2}, rng)
+    assert route == "policy" and why == {"key": "get(id)", "estimate": 1.0, "calls": 3, "reason": "faithful"}
+    assert router.route("get", {"other": 1}, rng)[0] == "shadow"  # another argument shape: its own estimate
+    for _ in range(3):
+        router.update("put", {}, WRONG)
+    assert router.route("put", {}, rng) == (
+        "shadow",
+        {"key": "put()", "estimate": 0.0, "calls": 3, "reason": "unfaithful"},
+    )
+    assert router.faithful("get", {"id": 5}) and not router.faithful("put", {})
+
+
+def test_exploration_and_the_budget():
+    router = FidelityRouter(min_calls=1, explore=0.25)
+    router.update("get", {}, PERFECT)
+    rng = np.random.default_rng(0)
+    shares = [router.route("get", {}, rng)[0] == "shadow" for _ in range(2000)]
+    assert 0.2 < np.mean(shares) < 0.3
+    capped = FidelityRouter(budget=2)
+    routes = [capped.route("get", {}, rng) for _ in range(4)]
+    assert [r for r, _ in routes] == ["shadow", "shadow", "policy", "policy"] and routes[-1][1][
+        "reason"
+    ] == "budget spent"
+    capped.refill()
+    assert capped.route("get", {}, rng)[0] == "shadow"
+
+
+def test_the_state_round_trips_merges_and_refuses_a_bad_one():
+    a, b = FidelityRouter(), FidelityRouter()
+    a.update("get", {}, PERFECT)
+    b.update("get", {}, WRONG)
+    b.update("put", {}, PERFECT)
+    restored = FidelityRouter()
+    restored.load_state_dict(a.state_dict())
+    assert restored.estimates == a.estimates
+    merged = FidelityRouter()
+    merged.load_state_dict(merge([a.state_dict(), b.state_dict()]))
+    assert merged.estimates["get()"].calls == 2 and merged.estimates["get()"].mean == 0.5
+    for bad in ({"estimates": {"x": {"calls": 1}}}, {"estimates": {"x": {"calls": 1, "total": 5.0, "squares": 1.0}}}):
+        with pytest.raises(ValueError, match="router state"):
+            FidelityRouter().load_state_dict(bad)
+    with pytest.raises(ValueError, match="threshold"):
+        FidelityRouter(threshold=float("nan"))
+
+
+def test_episodes_spend_fewer_real_calls_as_the_policy_proves_faithful_and_records_say_why():
+    router = FidelityRouter(min_calls=2, explore=0.0)
+    env = gym.make(OFFICE, dynamics="adaptive", router=router)
+    oracle = agents.load("oracle", env=env)  # its rehearsals are the real answers: faithful
+    records = [run_episode(env, oracle, t, seed=i) for i, t in enumerate(env.unwrapped.task_ids[:8])]
+    assert all(r["reward"] == 1.0 and r["reward_source"] == "actions" for r in records)
+    assert records[0]["real_calls"] > 0 and sum(r["real_calls"] for r in records[-3:]) < sum(
+        r["real_calls"] for r in records[:3]
+    )
+    routes = [route for r in records for route in r["routes"]]
+    assert {r["reason"] for r in routes} == {"uncertain", "faithful"}
+    assert all(r["source"] == ("real" if r["reason"] == "uncertain" else "rehearsed") for r in routes)
+    # a policy that rehearses badly keeps being checked against the world
+    bad = FidelityRouter(min_calls=2, explore=0.0)
+    env = gym.make(OFFICE, dynamics="adaptive", router=bad)
+    random_agent = agents.load("random", env=env)
+    played = [run_episode(env, random_agent, t, seed=i) for i, t in enumerate(env.unwrapped.task_ids[:6])]
+    reasons = {route["reason"] for r in played for route in r["routes"]}
+    assert bad.estimates and reasons <= {"uncertain", "unfaithful"} and "unfaithful" in reasons
+    assert all(e.lower_bound(bad.z) < bad.threshold for e in bad.estimates.values())
+
+
+@pytest.mark.parametrize("env_id", [OFFICE, "EnvACE/tau2-retail-v0", "EnvACE/bfcl-multi-turn-base-v0"])
+def test_check_env_passes_under_adaptive_dynamics(env_id):
+    check_env(gym.make(env_id, dynamics="adaptive").unwrapped, skip_render_check=True)
+
+
+def test_run_plays_adaptive_dynamics_with_a_reward_that_compares_across_dynamics(tmp_path):
+    out = tmp_path / "a.jsonl"
+    result = CliRunner().invoke(
+        app, ["run", OFFICE, "--dynamics", "adaptive", "--limit", "3", "--batch", "2", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    import json
+
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["reward_source"] for r in rows} == {"replay"} and all(r["routes"] for r in rows)
