@@ -51,7 +51,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)  ## make the venvs (.venv, .venv-openenv, .venv-verl) once
 
 run: setup  ## the oracle on EnvACE/tau2-retail-v0 (test split, real dynamics)
-	$(VENV)/bin/envace-gym run
+	$(VENV)/bin/envace-gym run --overwrite
 
 # lint, format and type checks (settings in pyproject.toml), the docs build, then every test
 test: lint typecheck docs  ## lint, types, the docs build and every test

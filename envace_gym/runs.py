@@ -98,6 +98,7 @@ class RunConfig:
     )
     token: str | None = setting(None, "With --url: the server's token (serve --token; default: $ENVACE_SERVE_TOKEN).")
     resume: bool = setting(False, "Keep the records already in --out and play only the episodes they lack.")
+    overwrite: bool = setting(False, "Replace the records already in --out (without it or --resume, they are kept).")
     out: str | None = setting(None, "JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-DYNAMICS.jsonl).")
 
     def __post_init__(self):
@@ -204,6 +205,7 @@ class Run:
         self.episodes = [(task_id, c.seed + i) for i, task_id in enumerate(t for t in ids for _ in range(c.repeats))]
         self.lock = OutputLock(self.out).acquire()  # held until the episodes are played (or the run is dropped)
         try:
+            check_not_written(self.out, c.resume, c.overwrite)
             self.earlier = resume_records(self.out, settings) if c.resume and self.out.exists() else []
         except BaseException:
             self.lock.release()
@@ -363,6 +365,15 @@ def check_reward_available(env: gym.Env) -> None:
         raise ValueError(
             f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: {reward.unavailable}"
         )
+
+
+def check_not_written(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to write over an output that already holds something, unless told to continue it or replace it."""
+    if resume and overwrite:
+        raise ValueError("--resume continues the output and --overwrite replaces it: give one of them")
+    held = out.is_file() and out.stat().st_size > 0 or out.is_dir() and any(out.iterdir())
+    if held and not (resume or overwrite):
+        raise ValueError(f"{out} already holds results: --resume continues them, --overwrite replaces them")
 
 
 def records_file(out: str | Path | None, env_id: str, agent: str, what: str) -> Path:

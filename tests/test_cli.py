@@ -169,6 +169,7 @@ def test_run_loads_a_users_agent_class_with_agent_kwargs(tmp_path, monkeypatch):
             "1",
             "--out",
             str(out),
+            "--overwrite",
         ],
     )
     assert result.exit_code == 0 and _records(out)[0]["agent"] == "echo:Done.:1"
@@ -181,7 +182,15 @@ def test_run_loads_a_users_agent_class_with_agent_kwargs(tmp_path, monkeypatch):
 
 def test_run_simulated_with_a_simulator_and_mixed_with_p_real(tmp_path):
     out = tmp_path / "run.jsonl"
-    common = ["run", "EnvACE/tau2-mock-v0", "--task-ids", "create_task_1,update_task_1", "--out", str(out)]
+    common = [
+        "run",
+        "EnvACE/tau2-mock-v0",
+        "--task-ids",
+        "create_task_1,update_task_1",
+        "--out",
+        str(out),
+        "--overwrite",
+    ]
     assert runner.invoke(app, [*common, "--dynamics", "simulated", "--simulator", "oracle"]).exit_code == 0
     records = _records(out)
     assert all(r["dynamics"] == "simulated" and r["reward"] == 1.0 and r["tool_calls"] for r in records)

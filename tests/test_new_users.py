@@ -45,6 +45,21 @@ def test_run_limit_records_the_split_and_pandas_reads_ids_as_text(tmp_path):
     result = runner.invoke(
         app, ["run", "EnvACE/tau2-mock-v0", "--split", "base", "--task-ids", "create_task_1", "--out", str(out)]
     )
+    assert result.exit_code == 2 and "--overwrite replaces them" in result.output  # earlier records are kept
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "EnvACE/tau2-mock-v0",
+            "--split",
+            "base",
+            "--task-ids",
+            "create_task_1",
+            "--out",
+            str(out),
+            "--overwrite",
+        ],
+    )
     assert result.exit_code == 0 and json.loads(out.read_text())["split"] == "base"
     one_line_error(["run", "EnvACE/tau2-mock-v0", "--limit", "0"], "--limit")
 

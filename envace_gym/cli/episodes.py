@@ -20,10 +20,10 @@ from envace_gym import agents
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
 from envace_gym.cli.output import console, fail, progress, styled, user_errors
 from envace_gym.compare import METRICS, compare_calls, plot, summarize
-from envace_gym.records import write_record
+from envace_gym.records import OutputLock, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.runner import make_envs
-from envace_gym.runs import Run, RunConfig, env_kwargs, records_file
+from envace_gym.runs import Run, RunConfig, check_not_written, env_kwargs, records_file
 from envace_gym.settings import check_least
 
 RUN_FIELDS = {"env_id": None}  # given as ENV_ID or --env: RUN_PARAMS
@@ -193,6 +193,7 @@ def compare(
         Optional[Path],
         typer.Option(help="JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-compare.jsonl)."),
     ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace the records already in --out.")] = False,
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
@@ -213,8 +214,10 @@ def compare(
                 WorkerSpec(given, actor, make_kwargs, rehearser=agent), episodes, workers, ray_address
             )
         out = records_file(out, env_id, agent, "compare")
+        lock = OutputLock(out).acquire()
+        check_not_written(out, False, overwrite)
     records, failed = [], []
-    with user_errors(), out.open("w") as f:
+    with user_errors(), lock, out.open("w") as f:
         for record in track(stream, total=None, description=escape(f"{env_id} {agent} vs real"), console=console):
             if record.get("tool") is None:  # an episode whose worker kept failing
                 failed.append(record)

@@ -4,6 +4,7 @@ rehearsal, and as a world model on shadow episodes beside the oracle (the bound)
 
 from __future__ import annotations
 
+import shutil
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ from envace_gym.evaluation.results import (
 )
 from envace_gym.records import OutputLock, RunRecord, id_path, safe_name, write_record
 from envace_gym.registration import resolve_env
-from envace_gym.runs import Run, RunConfig, given_ids
+from envace_gym.runs import Run, RunConfig, check_not_written, given_ids
 from envace_gym.settings import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.specs import parse_spec
 
@@ -57,6 +58,9 @@ class EvalConfig:
     )
     workers: int | None = setting(None, "Ray workers per run (default: this process).")
     resume: bool = setting(False, "Keep the records already in OUT/records and play only what they lack.")
+    overwrite: bool = setting(
+        False, "Replace an earlier eval's results in OUT (without it or --resume, they are kept)."
+    )
     out: str = setting("runs/eval", "Output folder: results.json, results.md, results.png, records/.")
 
     def __post_init__(self):
@@ -111,6 +115,13 @@ class Evaluation:
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.lock = OutputLock(self.out).acquire()  # one eval per folder, until close()
+        try:
+            check_not_written(self.out / "records", config.resume, config.overwrite)
+        except ValueError:
+            self.lock.release()
+            raise
+        if config.overwrite:
+            shutil.rmtree(self.out / "records", ignore_errors=True)
         # what this eval rewrites goes first: after an interruption no older results sit beside new records
         for old in [
             *(self.out / f"results.{ext}" for ext in ("json", "md", "png")),
@@ -184,6 +195,7 @@ class Evaluation:
             rehearsal_budget=rehearse,
             workers=c.workers,
             resume=c.resume,
+            overwrite=c.overwrite,
             out=str(self.out / "records" / id_path(env_id) / f"{kind}.jsonl"),
         )
 
