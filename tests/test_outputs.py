@@ -182,3 +182,23 @@ def test_ctrl_c_in_the_world_model_stage_says_how_to_go_on(tmp_path, monkeypatch
     result = runner.invoke(app, [*argv, "--out", str(tmp_path)])
     assert result.exit_code == 130 and "--resume" in result.output
     assert not (tmp_path / ".lock").exists()
+
+
+def test_earlier_results_are_never_replaced_without_overwrite(tmp_path):
+    out = tmp_path / "eval"
+    common = ["eval", "--suites", OFFICE, "--limit", "1", "--out", str(out)]
+    assert runner.invoke(app, common).exit_code == 0
+    kept = sorted((out / "records").rglob("*.jsonl"))
+    again = runner.invoke(app, common)
+    assert again.exit_code == 2 and "--overwrite replaces them" in again.output
+    assert sorted((out / "records").rglob("*.jsonl")) == kept and (out / "results.json").exists()
+    other = runner.invoke(app, ["eval", "--suites", "EnvACE/tau2-mock-v0", *common[3:], "--overwrite"])
+    assert other.exit_code == 0, other.output
+    assert [p.parts[-2] for p in (out / "records").rglob("*.jsonl")] == ["tau2-mock-v0"]  # the earlier env's are gone
+    both = runner.invoke(app, [*common, "--resume", "--overwrite"])
+    assert both.exit_code == 2 and "give one of them" in both.output
+    compared = tmp_path / "c.jsonl"
+    compare = ["compare", OFFICE, "--limit", "1", "--out", str(compared)]
+    assert runner.invoke(app, compare).exit_code == 0
+    assert runner.invoke(app, compare).exit_code == 2
+    assert runner.invoke(app, [*compare, "--overwrite"]).exit_code == 0
