@@ -15,6 +15,7 @@ from envace_gym.dynamics import DYNAMICS, check_dynamics
 from envace_gym.episode import CallRecord, Episode, recorded, recording_table
 from envace_gym.errors import ErrorCode, ToolError, error_code_of_text
 from envace_gym.fidelity import fidelity
+from envace_gym.grader import without_gold
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded
 from envace_gym.messages import (
     MAX_DUMP_GROWTH,
@@ -63,6 +64,10 @@ class EnvACEEnv(gym.Env):
     ``response_cache``, a :class:`~envace_gym.rehearse_prompts.ResponseCache` that real
     responses are added to).
 
+    ``info["reward_info"]`` says which of the reward's checks were met and how many, never what the gold
+    holds (:func:`~envace_gym.grader.without_gold`); ``gold_in_info=True`` keeps the gold details, for a
+    user's own records (``run --gold-in-records``), never for an agent or a trainer to read.
+
     Example::
 
         >>> import gymnasium as gym, envace_gym
@@ -94,6 +99,7 @@ class EnvACEEnv(gym.Env):
         limits: Limits | None = None,
         render_mode: str | None = None,
         router: FidelityRouter | None = None,
+        gold_in_info: bool = False,
     ):
         self.suite = suite
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
@@ -121,6 +127,7 @@ class EnvACEEnv(gym.Env):
         self.max_turns, self.max_steps_per_turn = max_turns, max_steps_per_turn
         self.p_real, self.simulator = p_real, simulator
         self.router = router if router is not None else FidelityRouter()
+        self.gold_in_info = gold_in_info
         self._routes: dict[str, dict] = {}  # call id -> the estimate and reason that routed it (adaptive)
         self.recordings = recordings
         self.rehearsal_format, self.response_cache = rehearsal_format, response_cache
@@ -231,7 +238,10 @@ class EnvACEEnv(gym.Env):
         return reward, info
 
     def _score(self, info: dict) -> float:
-        return score_episode(self._reward, self._live, info)
+        reward = score_episode(self._reward, self._live, info)
+        if not self.gold_in_info:  # which checks were met, never what the gold says (grader.without_gold)
+            info["reward_info"] = without_gold(info["reward_info"]) or {}
+        return reward
 
     # pickling (copies across processes): the suite goes by reference where it defines
     # __reduce__ (the built-in ones do), and the world is not pickled but rebuilt on load

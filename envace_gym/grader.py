@@ -14,6 +14,39 @@ if TYPE_CHECKING:
     from envace_gym.suite import Suite, World
 
 
+#: The text of a reward's parts that may leave the scorer: names of checks and of what went wrong, never a
+#: value (a gold argument, a state difference, a rubric, a checker's message, an expected answer).
+PUBLIC_TEXT = frozenset(
+    {"action", "func_name", "tool", "error_type", "code", "note", "model", "reward_basis", "backend"}
+)
+
+
+#: Parts that hold the gold's values, numbers included: dropped whole.
+GOLD_PARTS = frozenset(
+    {"arguments", "db_diff", "differences", "missing", "expected", "possible_answers", "ground_truth", "details"}
+)
+
+
+def without_gold(parts: Any, key: str | None = None) -> Any:
+    """A reward's parts as ``info`` may carry them: the :data:`GOLD_PARTS` dropped, numbers, booleans and None
+    kept, and text only under the names of :data:`PUBLIC_TEXT`. So which checks were met, and how many, stays;
+    what the gold says (arguments, answers, differences from the gold state, rubrics) goes. Returns None for a
+    part that goes."""
+    if key in GOLD_PARTS:
+        return None
+    if parts is None or isinstance(parts, (bool, int, float)):
+        return parts
+    if isinstance(parts, str):
+        return parts if key in PUBLIC_TEXT else None
+    if isinstance(parts, dict):
+        kept = {k: without_gold(v, k) for k, v in parts.items()}
+        return {k: v for k, v in kept.items() if v is not None or parts[k] is None}
+    if isinstance(parts, (list, tuple)):
+        items = [without_gold(v, key) for v in parts]
+        return [v for v in items if v is not None]
+    return None
+
+
 class Grader:
     """A suite's gold and scores, read by the env, the rewards and the oracle agents.
 

@@ -99,6 +99,9 @@ class RunConfig:
     token: str | None = setting(None, "With --url: the server's token (serve --token; default: $ENVACE_SERVE_TOKEN).")
     resume: bool = setting(False, "Keep the records already in --out and play only the episodes they lack.")
     overwrite: bool = setting(False, "Replace the records already in --out (without it or --resume, they are kept).")
+    gold_in_records: bool = setting(
+        False, "Keep the gold's details (arguments, answers, rubrics) in each record's reward_info; never with --url."
+    )
     out: str | None = setting(None, "JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-DYNAMICS.jsonl).")
 
     def __post_init__(self):
@@ -147,6 +150,8 @@ class Run:
         self.on_turn = None  # run_batched's, for a caller to set
         # the options given (an unset one keeps the env's own default, or its registration's)
         given: dict[str, Any] = {"reward": c.reward, "max_turns": max_turns, "simulator": c.simulator}
+        if c.gold_in_records:
+            given["gold_in_info"] = True
         if not is_default(c, "p_real"):
             given["p_real"] = c.p_real
         if not is_default(c, "user"):
@@ -218,7 +223,10 @@ class Run:
         (:class:`~envace_gym.integrations.openenv.client.RemoteEnv`), the agent, the tasks it serves."""
         from envace_gym.integrations.openenv.client import RemoteEnv
 
-        server_side = ("split", "reward", "simulator", "p_real", "user", "max_turns", "workers", "ray_address")
+        server_side = (
+            *("split", "reward", "simulator", "p_real", "user", "max_turns", "workers", "ray_address"),
+            "gold_in_records",
+        )
         refused = [name for name in server_side if not is_default(c, name)]
         if c.rehearsal_budget:
             refused.append("rehearsal_budget")  # private rehearsal forks the env, which only the server holds

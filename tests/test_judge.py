@@ -22,13 +22,17 @@ def test_judge_scores_the_episode_from_the_criteria_and_transcript(server):
     task_id = env.unwrapped.task_ids[0]
     reward, info, _ = play(env, agents.load("oracle", env=env), task_id=task_id)
     assert reward == 0.75 and info["reward_source"] == "judge"
-    assert info["reward_info"]["judge"] == {"score": 0.75, "reason": "mostly right", "model": "grader"}
+    assert info["reward_info"]["judge"] == {"score": 0.75, "model": "grader"}  # its reason may restate the gold
     (request,) = FakeChatServer.requests
     prompt = request["messages"][1]["content"]
     task = env.unwrapped.suite.task(task_id)
     assert all(a in prompt for a in task.data.evaluation_criteria.nl_assertions)
     assert "send_certificate" in prompt and env.unwrapped.suite.system_prompt(task)[:200] not in prompt
     assert request["model"] == "grader" and request["temperature"] == 0.0
+    FakeChatServer.replies = [{"role": "assistant", "content": '{"score": 0.75, "reason": "mostly right"}'}]
+    env = _env(url, gold_in_info=True)  # the user's own records may keep it
+    _, kept, _ = play(env, agents.load("oracle", env=env), task_id=task_id)
+    assert kept["reward_info"]["judge"]["reason"] == "mostly right"
 
 
 @pytest.mark.parametrize(

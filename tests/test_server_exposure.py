@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import gymnasium as gym
 import pytest
 import requests
+from test_openenv import MOCK, openenv_client
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.sync.server import serve
@@ -22,7 +23,6 @@ from envace_gym import agents
 from envace_gym.integrations.openenv import access
 from envace_gym.integrations.openenv.client import RemoteEnv
 from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
-from tests.test_openenv import MOCK, openenv_client
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -279,8 +279,9 @@ def fake_env_server(replies: list, tasks: dict):
 
 
 def test_run_url_ends_an_episode_whose_reply_breaks_the_contract_as_server_error_and_goes_on(tmp_path):
+    from test_openenv import Recorded
+
     from envace_gym.runs import Run, RunConfig
-    from tests.test_openenv import Recorded
 
     call = {"id": "c1", "name": "find", "arguments": {}, "requestor": "assistant", "source": "real", "error": None}
     bad = {

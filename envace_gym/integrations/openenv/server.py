@@ -36,6 +36,7 @@ from fastapi import FastAPI, Request, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketDisconnect
 
+from envace_gym.grader import without_gold
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
 from envace_gym.integrations.openenv.client import ServedTasks
 
@@ -147,6 +148,8 @@ class Session:
     def observation(self, obs: dict, info: dict, reward, terminated: bool, truncated: bool) -> dict:
         """An observation frame's data (with the messages and tools the client already has left out, in
         a delta session)."""
+        if "reward_info" in info:  # never over the wire, whatever the env was made with
+            info = {**info, "reward_info": without_gold(info["reward_info"]) or {}}
         fields = {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}}
         if self.delta:
             messages, sent, start = obs["messages"], self.sent, 0
