@@ -28,45 +28,25 @@ from envace_gym.messages import (
     transcript,
 )
 from envace_gym.rehearse_prompts import REHEARSAL_FORMATS, ResponseCache, episode_prompt
-from envace_gym.rewards import RewardFn, check_reward, resolve_reward, score_episode
+from envace_gym.rewards import RewardFn, check_reward, default_reward, resolve_reward, score_episode
 from envace_gym.routing import FidelityRouter
 from envace_gym.spaces import ActionSpace, ObservationSpace
 from envace_gym.suite import Suite, User
 
 
 class EnvACEEnv(gym.Env):
-    """A tool-use task as a Gymnasium env with swappable dynamics.
+    """A tool-use task as a Gymnasium env with swappable dynamics (the contract: docs/contract).
 
-    Observations are chat prompts (see :class:`~envace_gym.spaces.ObservationSpace`);
-    actions are model text. On an ``act`` turn the action is the assistant's
-    message; its tool calls are validated, then answered by the world (``real``),
-    by the agent itself on following ``rehearse`` turns (``rehearsed``, ``shadow``),
-    by a frozen ``simulator`` agent or agent name (``simulated``), by recorded responses
-    (``replay``: ``recordings=`` or the task's gold run), or by a coin with
-    ``p_real`` (``mixed``), or by where the policy's rehearsals have proved faithful (``adaptive``:
-    ``router``, a :class:`~envace_gym.routing.FidelityRouter` that may be shared by several envs, sends a
-    call to the real world, with the policy's rehearsal beside it, until the policy rehearses that tool
-    faithfully, and then to the policy). The reward is terminal; ``info["reward_source"]`` names it.
-    ``max_turns`` bounds the act turns of an episode (None: no bound) and
-    ``max_steps_per_turn`` the tool-calling act turns between two user messages;
-    passing either ends the episode as truncated. A one-step suite (BFCL's
-    single-turn categories) ends with the agent's first message: its calls are
-    validated and scored, never run. ``limits`` (:class:`~envace_gym.limits.Limits`)
-    bounds each call and user turn in time and memory, and arguments and responses
-    in size; a call over them is answered with the ``limit_exceeded`` error.
-    Nothing a world, user or model does raises out of ``step``: a failure that is
-    not a tool error ends the episode with ``info["error"]``.
-
-    A rehearse observation is, with ``rehearsal_format="inline"``, the conversation
-    itself ending with the pending call (the response goes where the chat template
-    puts a tool message), and with ``"prompted"`` a separate simulator prompt with
-    the tool's schema and earlier calls of the same tool (from this episode and from
-    ``response_cache``, a :class:`~envace_gym.rehearse_prompts.ResponseCache` that real
-    responses are added to).
-
-    ``info["reward_info"]`` says which of the reward's checks were met and how many, never what the gold
-    holds (:func:`~envace_gym.grader.without_gold`); ``gold_in_info=True`` keeps the gold details, for a
-    user's own records (``run --gold-in-records``), never for an agent or a trainer to read.
+    Observations are chat prompts (:class:`~envace_gym.spaces.ObservationSpace`); actions are model
+    text. An ``act`` turn's tool calls are validated, then answered as ``dynamics`` says
+    (:data:`~envace_gym.dynamics.DYNAMICS`): the world, the agent on ``rehearse`` turns, a ``simulator``,
+    ``recordings``, a coin with ``p_real``, or a ``router`` (:class:`~envace_gym.routing.FidelityRouter`).
+    The reward is terminal, ``info["reward_source"]`` names it, and ``info["reward_info"]`` holds no gold
+    unless ``gold_in_info`` (:func:`~envace_gym.grader.without_gold`). ``max_turns`` and
+    ``max_steps_per_turn`` truncate; ``limits`` (:class:`~envace_gym.limits.Limits`) bound each call and
+    user turn. Nothing raises out of ``step``: a failure ends the episode with ``info["error"]``. A
+    rehearse observation is the conversation itself (``rehearsal_format="inline"``) or a simulator prompt
+    with earlier responses of the tool (``"prompted"``, from ``response_cache``).
 
     Example::
 
@@ -172,7 +152,7 @@ class EnvACEEnv(gym.Env):
                 "select it with gym.make(..., task_ids=[...]) or another split="
             )
         task = self.suite.task(str(task_id))
-        self._reward = self.reward if self.reward is not None else self._default_reward(dynamics, task)
+        self._reward = self.reward if self.reward is not None else default_reward(self.suite, dynamics, task)
         check_reward(self._reward, dynamics)
         self.tools = self.suite.tools(task)
         self.action_space.tools, self.action_space.role = self.tools, "act"
@@ -292,7 +272,7 @@ class EnvACEEnv(gym.Env):
         clone._np_random = copy.deepcopy(self.np_random)
         if reward is not None or dynamics is not None:
             clone._reward = (
-                resolve_reward(reward) or self.reward or self._default_reward(clone.episode.dynamics, ep.task)
+                resolve_reward(reward) or self.reward or default_reward(self.suite, clone.episode.dynamics, ep.task)
             )
             check_reward(clone._reward, clone.episode.dynamics)
         if dynamics is not None:
@@ -461,16 +441,8 @@ class EnvACEEnv(gym.Env):
         score = fidelity(response.content, rehearsed)
         if answers == "shadow" and source == "real":
             self.router.update(call.name, call.arguments, score)
-        self._answer(
-            call,
-            source,
-            response.content,
-            records,
-            native=response.native,
-            rehearsed=rehearsed,
-            fidelity=score,
-            route=route,
-        )
+        shadowed = {"native": response.native, "rehearsed": rehearsed, "fidelity": score, "route": route}
+        self._answer(call, source, response.content, records, **shadowed)
 
     def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord], **extra: Any) -> None:
         self._pending.popleft()
@@ -487,11 +459,6 @@ class EnvACEEnv(gym.Env):
         if isinstance(answer, ToolError):
             return answer.content()
         return checked(call.name, Response(text=answer), self.limits, "the recorded").content  # as real ones are
-
-    def _default_reward(self, dynamics: str, task) -> str | RewardFn:
-        """The dynamics' default reward, or for a task without gold the grader's judge (if it has one)."""
-        judge = None if self.suite.grader.has_gold(task) else self.suite.grader.judge_reward()
-        return judge if judge is not None else DYNAMICS[dynamics].default_reward
 
     def _recording_table(self, dynamics: str, task) -> dict | None:
         """The recorded responses that answer calls under ``dynamics`` (None where recordings answer none)."""

@@ -38,6 +38,14 @@ BFCL_CATEGORIES = (
     "live_parallel_multiple",
     "live_irrelevance",
     "live_relevance",
+    "simple_java",
+    "simple_javascript",
+    "memory_kv",
+    "memory_vector",
+    "memory_rec_sum",
+    "web_search_base",
+    "web_search_no_snippet",
+    "format_sensitivity",
 )
 ENV_IDS.update(
     {

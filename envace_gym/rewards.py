@@ -223,6 +223,13 @@ class JudgeReward:
 SPEC_REWARDS: dict[str, Callable[[str], RewardFn]] = {"judge": JudgeReward.from_spec}
 
 
+def default_reward(suite, dynamics: str, task) -> str | RewardFn:
+    """The reward of an episode given none: the dynamics' default, or for a task without gold the suite's
+    judge (where it has one)."""
+    judge = None if suite.grader.has_gold(task) else suite.grader.judge_reward()
+    return judge if judge is not None else get_dynamics(dynamics).default_reward
+
+
 def resolve_reward(reward: str | RewardFn | None) -> str | RewardFn | None:
     """A reward as the env keeps it: ``judge:MODEL@URL`` becomes a :class:`JudgeReward` (and
     another prefix of :data:`SPEC_REWARDS` its judge)."""

@@ -17,7 +17,7 @@ import gymnasium as gym
 from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.compare import compare_calls
-from envace_gym.evaluation.benchmarks import PAPER, Benchmark, absent_category, domain_name, own_benchmark
+from envace_gym.evaluation.benchmarks import KNOWN, PAPER, Benchmark, absent_category, domain_name, own_benchmark
 from envace_gym.evaluation.results import (
     WORLD_METRICS,
     BenchmarkResult,
@@ -86,14 +86,14 @@ def benchmarks(suites: list[str]) -> list[Benchmark]:
             name = register_finmcp(file, distinct=stems[file.stem] > 1)
         elif name != "paper" and resolve_env(name) not in gym.registry:
             raise ValueError(f"unknown suite {name!r}: give paper, a registered env id (envace-gym list) or a file")
-        for b in PAPER if name == "paper" else [next((b for b in PAPER if name in b.env_ids), None)]:
+        for b in KNOWN if name == "paper" else [next((b for b in KNOWN if name in b.env_ids), None)]:
             if b is None:
                 own.setdefault(name, own_benchmark(name))
                 chosen.setdefault(name, [name])
             else:
                 ids = chosen.setdefault(b.name, [])
                 ids += [e for e in (b.env_ids if name == "paper" else (name,)) if e not in ids]
-    paper = {b.name: b for b in PAPER}
+    paper = {b.name: b for b in KNOWN}
     return [
         replace(paper[n], env_ids=tuple(e for e in paper[n].env_ids if e in ids)) if n in paper else own[n]
         for n, ids in chosen.items()
@@ -289,6 +289,13 @@ class Evaluation:
                 missing=list(b.missing),
                 records=[str(f) for f in self.played.get((b.name, 0), {}).values()],
                 real_calls=sum(r.get("real_calls", 0) for r in rows),
+                in_overall=b.in_overall,
+                stand_in={
+                    domain_name(e): r["reward_info"]["backend"]
+                    for e, rs in records.items()
+                    for r in rs[:1]
+                    if "stand-in" in str(r["reward_info"].get("backend", ""))
+                },
             )
             self._cover(b, result)
             if rows:
@@ -299,7 +306,7 @@ class Evaluation:
                 result.rehearsed_score = b.score(rehearsed)["score"]
                 result.rehearsed_real_calls = sum(r.get("real_calls", 0) for rs in rehearsed.values() for r in rs)
             out.append(result)
-        paper = [r for r in out if r.name in {b.name for b in PAPER}] or out
+        paper = [r for r in out if r.name in {b.name for b in PAPER}] or [r for r in out if r.in_overall]
         whole = {r.name for r in out if r.score is not None and not r.partial}
         return EvalResults(
             agent=c.agent,
@@ -320,7 +327,7 @@ class Evaluation:
     def _cover(self, b: Benchmark, result: BenchmarkResult) -> None:
         """``result``'s coverage of the whole benchmark: per env of it (the paper's whole set for a paper
         benchmark) the tasks played of its split's, and each category not wrapped; partial where any falls short."""
-        whole = next((p for p in PAPER if p.name == b.name), b)
+        whole = next((p for p in KNOWN if p.name == b.name), b)
         counts: dict[str, tuple[int, int | None]] = {}
         for env_id in whole.env_ids:
             played, total = self.counts.get(env_id) or (0, task_count(env_id, whole.split))

@@ -35,6 +35,11 @@ class BenchmarkResult(BaseModel):
     partial: bool = Field(
         False, description="The score covers less than the whole benchmark (the paper's row): not comparable with it."
     )
+    stand_in: dict[str, str] = Field(
+        default_factory=dict,
+        description="Envs scored on a stand-in for their real backend (web search's offline corpus), and which.",
+    )
+    in_overall: bool = Field(True, description="False: reported in a table of its own, outside the overall.")
     rehearsed_score: float | None = Field(None, description="With --rehearse N: the score under private rehearsal.")
     rehearsed_real_calls: int | None = Field(None, description="With --rehearse N: the real calls of those runs.")
 
@@ -99,10 +104,11 @@ def _cell(value: Any) -> str:
 def markdown(results: EvalResults) -> str:
     """The paper's table (benchmarks, then overall), the agent's row and the reported rows beside; the
     parts, the world-model table and every skipped env and failure class below."""
-    names = [b.name for b in results.benchmarks]
+    table = [b for b in results.benchmarks if b.in_overall]
+    names = [b.name for b in table]
     user = "scripted user" if results.user == "scripted" else f"LLM user {results.user}"
     user = f", tau2 with the {user}" if "tau2" in names else ""
-    some = len(results.overall_of) < len([b for b in results.benchmarks if b.name in REPORTED["EnvACE-8B"]])
+    some = len(results.overall_of) < len([b for b in table if b.name in REPORTED["EnvACE-8B"]])
     of = f" (of {', '.join(results.overall_of)})" if some and results.overall_of else ""
     overall_cell = _cell(results.overall) + (
         " (partial)" if results.overall is not None and not results.comparable else ""
@@ -111,16 +117,14 @@ def markdown(results: EvalResults) -> str:
         f"| model | {' | '.join(names)} | overall{of} |",
         "|---" * (len(names) + 2) + "|",
         f"| {results.agent} (measured{user}) | "
-        + " | ".join(
-            _cell(b.score) + (" (partial)" if b.partial and b.score is not None else "") for b in results.benchmarks
-        )
+        + " | ".join(_cell(b.score) + (" (partial)" if b.partial and b.score is not None else "") for b in table)
         + f" | {overall_cell} |",
     ]
     if results.rehearse:
         lines.append(
             f"| {results.agent} + rehearsal N={results.rehearse} (measured) | "
-            + " | ".join(_cell(b.rehearsed_score) for b in results.benchmarks)
-            + f" | {_cell(overall([b.model_copy(update={'score': b.rehearsed_score}) for b in results.benchmarks]))} |"
+            + " | ".join(_cell(b.rehearsed_score) for b in table)
+            + f" | {_cell(overall([b.model_copy(update={'score': b.rehearsed_score}) for b in table]))} |"
         )
     for model, row in results.reported.items():
         lines.append(f"| {model} (reported) | " + " | ".join(_cell(row.get(n)) for n in [*names, "overall"]) + " |")
@@ -135,7 +139,12 @@ def markdown(results: EvalResults) -> str:
     for b in results.benchmarks:
         lines.append("")
         whole = f"{b.tasks} of {b.full_tasks if b.full_tasks is not None else '?'} tasks"
-        lines.append(f"**{b.name}**: {b.episodes} episodes, {whole}, {b.real_calls} real calls")
+        apart = "" if b.in_overall else " (reported apart, outside the overall, as its leaderboard reports it)"
+        lines.append(f"**{b.name}**{apart}: {b.episodes} episodes, {whole}, {b.real_calls} real calls")
+        if not b.in_overall:
+            lines += ["", "| model | accuracy | " + " | ".join(b.parts) + " |", "|---" * (len(b.parts) + 2) + "|"]
+            lines += [f"| {results.agent} | {_cell(b.score)} | " + " | ".join(map(_cell, b.parts.values())) + " |", ""]
+        lines += [f"- stand-in: {env} scored on the {what}" for env, what in b.stand_in.items()]
         if b.coverage:
             lines.append("- coverage: " + ", ".join(f"{name} {what}" for name, what in b.coverage.items()))
         if b.rehearsed_score is not None:
@@ -143,7 +152,7 @@ def markdown(results: EvalResults) -> str:
                 f"- private rehearsal N={results.rehearse}: {_cell(b.rehearsed_score)} "
                 f"(gain {_cell(b.rehearsed_score - (b.score or 0.0))}), {b.rehearsed_real_calls} real calls"
             )
-        lines += [f"- {part}: {_cell(value)}" for part, value in b.parts.items()]
+        lines += [f"- {part}: {_cell(value)}" for part, value in b.parts.items() if b.in_overall]
         lines += [f"- failed, {why}: {n} episodes (scored 0)" for why, n in b.failed.items()]
         lines += [f"- not run, {env}: {why}" for env, why in b.skipped.items()]
         if b.missing:
@@ -174,34 +183,34 @@ def plot(results: EvalResults, path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    names = [b.name for b in results.benchmarks]
-    own = {r.benchmark: r.metrics.get("leaf_match") for r in results.world_model if r.world_model == results.agent}
-    series = {"real": [b.score for b in results.benchmarks]}
+    shown = [b for b in results.benchmarks if b.in_overall]  # the ones reported apart have tables of their own
+    names = [b.name for b in shown]
+    own = {
+        r.benchmark: r.metrics["leaf_match"]
+        for r in results.world_model
+        if r.world_model == results.agent and "leaf_match" in r.metrics
+    }
+    series = {"real": [b.score for b in shown]}
     if results.rehearse:
-        series[f"rehearsal N={results.rehearse}"] = [b.rehearsed_score for b in results.benchmarks]
+        series[f"rehearsal N={results.rehearse}"] = [b.rehearsed_score for b in shown]
     if results.world_model:
-        series["world model (leaf_match x100)"] = [None if own.get(n) is None else 100 * own[n] for n in names]
+        series["world model (leaf_match x100)"] = [100 * own[n] if n in own else None for n in names]
     x, width = np.arange(len(names)), 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names), 3.6))
-    for i, (label, values) in enumerate(series.items()):
-        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=label)
-        for bar, b in zip(bars, results.benchmarks):
+    for i, (name, values) in enumerate(series.items()):
+        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=name)
+        for bar, b in zip(bars, shown):
             if b.partial:
                 bar.set_hatch("//")
-    ax.set_xticks(
-        x,
-        [
-            f"{b.name}\n(partial: {b.tasks}/{b.full_tasks or '?'} tasks)" if b.partial else b.name
-            for b in results.benchmarks
-        ],
-    )
+
+    def label(b: BenchmarkResult) -> str:
+        notes = [f"partial: {b.tasks}/{b.full_tasks or '?'} tasks"] * b.partial
+        return b.name + "".join(f"\n({note})" for note in notes + ["stand-in backend"] * bool(b.stand_in))
+
+    ax.set_xticks(x, [label(b) for b in shown])
     ax.set_ylim(0, 100)
     ax.set_ylabel("score (0-100)")
-    hatched = (
-        " (hatched: partial, not comparable with the paper's rows)"
-        if any(b.partial for b in results.benchmarks)
-        else ""
-    )
+    hatched = " (hatched: partial, not comparable with the paper's rows)" if any(b.partial for b in shown) else ""
     ax.set_title(f"{results.agent}: the paper's benchmarks{hatched}", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)

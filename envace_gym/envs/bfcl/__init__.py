@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from envace_gym.env import EnvACEEnv
-from envace_gym.envs.bfcl import multi_turn, single_turn
+from envace_gym.envs.bfcl import format_sensitivity, memory, multi_turn, single_turn, web_search
+from envace_gym.suite import Suite
 
-CATEGORIES = multi_turn.CATEGORIES + single_turn.CATEGORIES
+CATEGORIES = (
+    *multi_turn.CATEGORIES,
+    *single_turn.CATEGORIES,
+    *single_turn.LANGUAGES,
+    *memory.CATEGORIES,
+    *web_search.CATEGORIES,
+    format_sensitivity.CATEGORY,
+)
 
 
-def get_suite(category: str) -> multi_turn.MultiTurnSuite | single_turn.SingleTurnSuite:
+def get_suite(category: str) -> Suite:
     """The process-wide suite of one BFCL category (its entries are read once)."""
-    if category in multi_turn.CATEGORIES:
-        return multi_turn.category_suite(category)
-    if category in single_turn.CATEGORIES:
-        return single_turn.category_suite(category)
+    for module in (multi_turn, single_turn, memory, web_search):
+        if category in module.CATEGORIES or category in getattr(module, "LANGUAGES", ()):
+            return module.category_suite(category)
+    if category == format_sensitivity.CATEGORY:
+        return format_sensitivity.format_sensitivity_suite()
     raise ValueError(f"unknown BFCL category {category!r}; choose from {CATEGORIES}")
 
 

@@ -3,18 +3,29 @@
 These categories have no executable backend: the agent answers the request once,
 its tool calls are validated and handed to the checker (with BFCL's own function
 names, dots included), and nothing runs.
+
+The Java and JavaScript categories are played as bfcl-eval plays them with a
+function-calling model: its language hints turn every parameter into a string
+whose description names its Java or JavaScript type, and the checker converts
+each string back with bfcl-eval's type converters.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
-from bfcl_eval.constants.enums import Language  # noqa: E402  (after source: it sets BFCL_PROJECT_ROOT)
+
+from envace_gym.envs.bfcl import source  # first: it points bfcl-eval's config at the cache
+
+# isort: split
+from bfcl_eval.constants.enums import Language
+from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 
 from envace_gym.bounded import Response
-from envace_gym.envs.bfcl import source
 from envace_gym.envs.bfcl.schemas import openai_schema, tool_name
 from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
@@ -36,6 +47,8 @@ CATEGORIES = (
     "live_irrelevance",
     "live_relevance",
 )
+#: the categories in another language than Python, checked with bfcl-eval's converters for it
+LANGUAGES = {"simple_java": Language.JAVA, "simple_javascript": Language.JAVASCRIPT}
 SYSTEM_PROMPT = (
     "Answer the user's request in a single reply made of the tool calls that fulfil it, all of "
     "them at once. If no available tool fits the request, reply in words without a tool call."
@@ -53,8 +66,7 @@ def _first_choices(candidates: dict, nested: bool = True) -> dict:
     """
     out = {}
     for key, values in candidates.items():
-        if not isinstance(values, list):
-            out[key] = values
+        if not isinstance(values, list):  # simple_java_64's one bare string: its characters, "" among them
             continue
         chosen = [v for v in values if v != ""][:1]
         if chosen:
@@ -68,6 +80,54 @@ def _first_value(value: Any) -> Any:
     if isinstance(value, list):
         return [_first_choices(v, nested=False) if isinstance(v, dict) else v for v in value]
     return value
+
+
+def java_literal(value: Any, kind: str, item: str | None = None) -> str:
+    """A value as the string bfcl-eval's Java converter reads back as it (``kind``: the BFCL type,
+    ``item``: an array's element type). A string stays as it is: it may name a variable."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        puts = "".join(f"put({json.dumps(k)}, {_java_element(v)}); " for k, v in value.items())
+        return f"new HashMap<String, Object>() {{{{ {puts}}}}}"
+    if isinstance(value, list) and kind == "ArrayList":  # its String and char elements keep their quotes
+        quoted = item in ("String", "char")
+        elements = ", ".join(json.dumps(v) if quoted else java_literal(v, str(item)) for v in value)
+        return f"new ArrayList<>(Arrays.asList({elements}))"
+    if isinstance(value, list):  # an Array's elements are converted one by one, strings unquoted
+        return f"new {item}[]{{{', '.join(java_literal(v, str(item)) for v in value)}}}"
+    suffix = {"long": "L", "float": "f"}.get(kind, "")
+    return f"{value}{suffix}"
+
+
+def _java_element(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else java_literal(value, "any")
+
+
+def js_literal(value: Any, kind: str, item: str | None = None) -> str:
+    """A value as the string bfcl-eval's JavaScript converter reads back as it."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return f"[{', '.join(_js_element(v) for v in value)}]"
+    if isinstance(value, dict):
+        return f"{{{', '.join(f'{k}: {_js_element(v)}' for k, v in value.items())}}}"
+    return f"{value}{'n' if kind == 'Bigint' else ''}"
+
+
+def _js_element(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else js_literal(value, "any")
+
+
+def _literals(arguments: dict, doc: dict, category: str) -> dict:
+    """A call's arguments as bfcl-eval asks a function-calling model for them in Java or JavaScript."""
+    literal = java_literal if LANGUAGES[category] == Language.JAVA else js_literal
+    params = doc["parameters"]["properties"]
+    return {k: literal(v, params[k]["type"], params[k].get("items", {}).get("type")) for k, v in arguments.items()}
 
 
 class NoBackend(World):
@@ -104,8 +164,9 @@ class SingleTurnSuite(Suite):
         return category_suite, (self.category,)
 
     def __init__(self, category: str):
-        if category not in CATEGORIES:
-            raise ValueError(f"unknown BFCL single-turn category {category!r}; choose from {CATEGORIES}")
+        known = CATEGORIES + tuple(LANGUAGES)
+        if category not in known:
+            raise ValueError(f"unknown BFCL single-turn category {category!r}; choose from {known}")
         self.category = self.name = category
         self._raw = source.entries(category)
         self._toolsets: dict[str, ToolSet] = {}
@@ -122,8 +183,15 @@ class SingleTurnSuite(Suite):
 
     def tools(self, task: Task) -> ToolSet:
         if task.id not in self._toolsets:
-            self._toolsets[task.id] = ToolSet([openai_schema(d) for d in task.data["function"]])
+            self._toolsets[task.id] = ToolSet([openai_schema(d) for d in self.shown_docs(task)])
         return self._toolsets[task.id]
+
+    def shown_docs(self, task: Task) -> list[dict]:
+        """The function docs the agent sees: in Java and JavaScript, bfcl-eval's hinted ones (every
+        parameter a string, its type in its description); the checker reads the entry's own."""
+        if self.category not in LANGUAGES:
+            return task.data["function"]
+        return add_language_specific_hint_to_function_doc([copy.deepcopy(task.data)])[0]["function"]
 
     def _messages(self, task: Task) -> list[dict]:
         return task.data["question"][0]
@@ -176,12 +244,13 @@ class SingleTurnGrader(Grader):
         if "relevance" in category:
             valid = bool(calls)
             return float(valid), {"valid": valid, "calls": len(calls)}
-        if not decoded:
+        if not decoded or not calls:  # as for a function-calling model: a reply in words does not decode
             return 0.0, {"valid": False, "error_type": "ast_decoder:decoder_failed"}
         names = {tool_name(d["name"]): d["name"] for d in task.data["function"]}
         output = [{names.get(c.name, c.name): c.arguments} for c in calls]
+        language = LANGUAGES.get(category, Language.PYTHON)
         result = source.ast_checker()(
-            task.data["function"], output, self.answers[task.id], Language.PYTHON, category, CHECKER_MODEL
+            task.data["function"], output, self.answers[task.id], language, category, CHECKER_MODEL
         )
         return float(result["valid"]), {
             "valid": result["valid"],
@@ -194,7 +263,8 @@ class SingleTurnGrader(Grader):
         return self.evaluate(task, NoBackend(), episode)
 
     def gold_calls(self, task: Task) -> list[dict]:
-        """The first acceptable value of every parameter ("" marks one that may be left out).
+        """The first acceptable value of every parameter ("" marks one that may be left out), in Java
+        and JavaScript as the string the checker converts back to it.
 
         live_relevance has no ground truth (any call passes): its gold is one
         schema-valid call of the first function, drawn with a fixed seed.
@@ -206,9 +276,13 @@ class SingleTurnGrader(Grader):
             arguments = self.suite.tools(task).sample_arguments(first, np.random.default_rng(0))
             return [{"name": first, "arguments": arguments, "requestor": "assistant"}]
         out = []
+        docs = {d["name"]: d for d in task.data["function"]}
         for answer in self.answers[task.id]:
             ((name, params),) = answer.items()
-            out.append({"name": tool_name(name), "arguments": _first_choices(params), "requestor": "assistant"})
+            arguments = _first_choices(params)
+            if self.suite.category in LANGUAGES:
+                arguments = _literals(arguments, docs[name], self.suite.category)
+            out.append({"name": tool_name(name), "arguments": arguments, "requestor": "assistant"})
         return out
 
     def oracle_plan(self, task: Task) -> list[Any]:

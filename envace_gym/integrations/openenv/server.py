@@ -38,7 +38,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from envace_gym.grader import without_gold
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
-from envace_gym.integrations.openenv.client import ServedTasks
+from envace_gym.integrations.openenv.replies import ServedTasks
 
 PROTOCOL = "0.10"
 RESET_OPTIONS = ("task_id", "dynamics")  # reset data keys that go into reset(options=...)
