@@ -126,8 +126,25 @@ def recording_table(recordings: list[dict] | None, grader, task: Task) -> dict:
 
 
 def recording_key(name: str, arguments: dict) -> tuple[str, str]:
-    """A call's key in a replay table: its name and canonical arguments."""
-    return name, json.dumps(arguments, sort_keys=True)
+    """A call's key in a replay table: its name and canonical arguments (:func:`canonical`)."""
+    return name, json.dumps(canonical(arguments), sort_keys=True)
+
+
+def canonical(value: Any) -> Any:
+    """A JSON value with its numbers compared as numbers: an integral float is its int (``22.0`` is ``22``), a
+    bool stays a bool. Calls are checked against their schemas first, so a number only stands where the schema
+    allows one, and this is all that is left of comparing by the schema's types.
+
+    >>> canonical({"celsius": 22.0, "on": True, "at": [1.5, 2.0]})
+    {'celsius': 22, 'on': True, 'at': [1.5, 2]}
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
 
 
 def recorded(table: dict, name: str, arguments: dict) -> str | ToolError:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from envace_gym.bounded import execute
-from envace_gym.episode import Episode, Task, recording_key
+from envace_gym.episode import Episode, Task, canonical, recording_key
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 #: The text of a reward's parts that may leave the scorer: names of checks and of what went wrong, never a
 #: value (a gold argument, a state difference, a rubric, a checker's message, an expected answer).
 PUBLIC_TEXT = frozenset(
-    {"action", "func_name", "tool", "error_type", "code", "note", "model", "reward_basis", "backend"}
+    {"action", "func_name", "tool", "error_type", "code", "note", "model", "reward_basis", "backend", "unmet"}
 )
 
 
@@ -45,6 +46,18 @@ def without_gold(parts: Any, key: str | None = None) -> Any:
         items = [without_gold(v, key) for v in parts]
         return [v for v in items if v is not None]
     return None
+
+
+def unmet_arguments(gold: dict, made: dict, names: Iterable[str] | None = None) -> list[str]:
+    """The names of the arguments (of both calls, or ``names``) in which a made call differs from a gold one,
+    numbers compared as numbers (:func:`~envace_gym.episode.canonical`): what a failed check's ``unmet`` lists.
+
+    >>> unmet_arguments({"celsius": 22, "room": "hall"}, {"celsius": 22.0, "room": "den", "fan": True})
+    ['fan', 'room']
+    """
+    names = gold.keys() | made.keys() if names is None else names
+    text = lambda v: json.dumps(canonical(v), sort_keys=True)  # noqa: E731
+    return sorted(k for k in names if k not in gold or k not in made or text(gold[k]) != text(made[k]))
 
 
 class Grader:
@@ -95,15 +108,27 @@ class Grader:
 
     def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
         """Gold-action match, needing no world: 1 when every gold call was made (same requestor,
-        name and arguments, in any order, each made call matching one gold call), else 0."""
-        made = [(c.requestor, *recording_key(c.name, c.arguments)) for c in episode.calls if c.ran]
-        checks = []
-        for call in self.gold_calls(task):
+        name and arguments, numbers compared as numbers, in any order, each made call matching one
+        gold call), else 0. A check not met whose call was made with other arguments names them in
+        ``unmet`` (those of the nearest such call)."""
+        made = [c for c in episode.calls if c.ran]
+        keys = [(c.requestor, *recording_key(c.name, c.arguments)) for c in made]
+        gold, checks = self.gold_calls(task), []
+        for call in gold:
             key = (call["requestor"], *recording_key(call["name"], call["arguments"]))
-            met = key in made
+            met = key in keys
             if met:
-                made.remove(key)
+                i = keys.index(key)
+                del made[i], keys[i]
             checks.append({"action": call["name"], "arguments": call["arguments"], "met": met})
+        for call, check in zip(gold, checks):
+            near = [
+                unmet_arguments(call["arguments"], c.arguments)
+                for c in made
+                if (c.requestor, c.name) == (call["requestor"], call["name"])
+            ]
+            if not check["met"] and near:
+                check["unmet"] = min(near, key=len)
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
 

@@ -255,7 +255,11 @@ def rows(path: str | Path) -> list[dict]:
     :data:`MAX_DEPTH`, is a ValueError naming the file and line. Lines end at ``\\n`` only, so
     U+2028 or U+0085 inside a string (JSON written with ``ensure_ascii=False``) stays in it."""
     out = []
-    for number, line in enumerate(Path(path).read_bytes().decode("utf-8").split("\n"), 1):
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         if line.count("[") + line.count("{") > MAX_DEPTH and _depth(line) > MAX_DEPTH:

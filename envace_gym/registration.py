@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
+from envace_gym.envs.bfcl import categories as bfcl_categories
 from envace_gym.specs import import_module
 
 if TYPE_CHECKING:
@@ -22,36 +23,8 @@ ENV_IDS: dict[str, tuple[str, dict]] = {
 }
 ENV_IDS["EnvACE/tau2-mock-gen-v0"] = ("envace_gym.envs.tau2.mock_gen:make_env", {})
 ENV_IDS["EnvACE/tau2-mock-office-v0"] = ("envace_gym.envs.tau2.mock_office:make_env", {})
-BFCL_CATEGORIES = (
-    "multi_turn_base",
-    "multi_turn_miss_func",
-    "multi_turn_miss_param",
-    "multi_turn_long_context",
-    "simple_python",
-    "multiple",
-    "parallel",
-    "parallel_multiple",
-    "irrelevance",
-    "live_simple",
-    "live_multiple",
-    "live_parallel",
-    "live_parallel_multiple",
-    "live_irrelevance",
-    "live_relevance",
-    "simple_java",
-    "simple_javascript",
-    "memory_kv",
-    "memory_vector",
-    "memory_rec_sum",
-    "web_search_base",
-    "web_search_no_snippet",
-    "format_sensitivity",
-)
 ENV_IDS.update(
-    {
-        f"EnvACE/bfcl-{c.replace('_', '-')}-v0": ("envace_gym.envs.bfcl:make_env", {"category": c})
-        for c in BFCL_CATEGORIES
-    }
+    {bfcl_categories.env_id(c): ("envace_gym.envs.bfcl:make_env", {"category": c}) for c in bfcl_categories.ALL}
 )
 ENV_IDS.update(
     {f"EnvACE/vitabench-{d}-v0": ("envace_gym.envs.vitabench:make_env", {"domain": d}) for d in ("delivery", "instore")}

@@ -23,10 +23,13 @@ from envace_gym import agents
 from envace_gym.agents.private_rehearsal import PrivateRehearsal
 from envace_gym.env import EnvACEEnv
 from envace_gym.envs.bfcl import memory, web_search
-from envace_gym.envs.bfcl.agentic import CATEGORIES, MEMORY_CATEGORIES, WEB_SEARCH_CATEGORIES
+from envace_gym.envs.bfcl.categories import MEMORY as MEMORY_CATEGORIES
+from envace_gym.envs.bfcl.categories import WEB_SEARCH as WEB_SEARCH_CATEGORIES
 from envace_gym.envs.bfcl.multi_turn import MAX_STEPS_PER_TURN
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
+
+CATEGORIES = MEMORY_CATEGORIES + WEB_SEARCH_CATEGORIES
 
 SLOW = {"memory_vector"}  # its first use imports sentence-transformers and loads MiniLM (about 10 s)
 

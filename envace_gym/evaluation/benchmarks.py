@@ -18,6 +18,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from envace_gym.envs.bfcl import categories as bfcl_categories
+
 BFCL_PREFIX = "EnvACE/bfcl-"
 
 
@@ -148,33 +150,7 @@ def _bfcl(records: dict[str, list[dict]]) -> dict:
     return bfcl_score({e: [r["reward"] for r in rows] for e, rows in records.items()})
 
 
-BFCL_IDS = tuple(
-    f"{BFCL_PREFIX}{c}-v0"
-    for c in (
-        "simple-python",
-        "simple-java",
-        "simple-javascript",
-        "multiple",
-        "parallel",
-        "parallel-multiple",
-        "irrelevance",
-        "live-simple",
-        "live-multiple",
-        "live-parallel",
-        "live-parallel-multiple",
-        "live-irrelevance",
-        "live-relevance",
-        "multi-turn-base",
-        "multi-turn-miss-func",
-        "multi-turn-miss-param",
-        "multi-turn-long-context",
-        "web-search-base",
-        "web-search-no-snippet",
-        "memory-kv",
-        "memory-vector",
-        "memory-rec-sum",
-    )
-)
+BFCL_IDS = tuple(bfcl_categories.env_id(c) for c in bfcl_categories.ALL if c != bfcl_categories.FORMAT_SENSITIVITY)
 
 #: The paper's three benchmarks, in its table's order.
 PAPER = (
@@ -213,7 +189,7 @@ def _format_sensitivity(records: dict[str, list[dict]]) -> dict:
 APART = (
     Benchmark(
         "BFCL v4 format sensitivity",
-        (f"{BFCL_PREFIX}format-sensitivity-v0",),
+        (bfcl_categories.env_id(bfcl_categories.FORMAT_SENSITIVITY),),
         _format_sensitivity,
         has_world=lambda env_id: False,
         in_overall=False,

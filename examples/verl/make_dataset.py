@@ -18,10 +18,12 @@ def main() -> None:
     parser.add_argument("--split", default=None)
     parser.add_argument("--dynamics", default="real", help="the episodes' dynamics (rehearsed: the policy's own world)")
     parser.add_argument("--max-turns", type=int, default=30)
+    parser.add_argument("--reward", default=None, help="the env's reward (a name, or judge:MODEL@BASE_URL); default: its own")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    rows = dataset_rows(args.env_id, args.split, args.limit, dynamics=args.dynamics, max_turns=args.max_turns)
+    reward = {"reward": args.reward} if args.reward else {}
+    rows = dataset_rows(args.env_id, args.split, args.limit, dynamics=args.dynamics, max_turns=args.max_turns, **reward)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(args.out)
     print(f"{len(rows)} episodes of {args.env_id} ({args.dynamics}) in {args.out}")

@@ -1,37 +1,47 @@
-"""The BFCL v4 suites: ``EnvACE/bfcl-<category>-v0`` on bfcl-eval's data and backends."""
+"""The BFCL v4 suites: ``EnvACE/bfcl-<category>-v0`` on bfcl-eval's data and backends. A category's
+module (and bfcl-eval with it) is imported when its suite is first asked for."""
 
 from __future__ import annotations
 
-from envace_gym.env import EnvACEEnv
-from envace_gym.envs.bfcl import format_sensitivity, memory, multi_turn, single_turn, web_search
-from envace_gym.suite import Suite
+from typing import TYPE_CHECKING
 
-CATEGORIES = (
-    *multi_turn.CATEGORIES,
-    *single_turn.CATEGORIES,
-    *single_turn.LANGUAGES,
-    *memory.CATEGORIES,
-    *web_search.CATEGORIES,
-    format_sensitivity.CATEGORY,
-)
+from envace_gym.envs.bfcl import categories
+
+if TYPE_CHECKING:
+    from envace_gym.env import EnvACEEnv
+    from envace_gym.suite import Suite
+
+CATEGORIES = categories.ALL
 
 
 def get_suite(category: str) -> Suite:
     """The process-wide suite of one BFCL category (its entries are read once)."""
-    for module in (multi_turn, single_turn, memory, web_search):
-        if category in module.CATEGORIES or category in getattr(module, "LANGUAGES", ()):
-            return module.category_suite(category)
-    if category == format_sensitivity.CATEGORY:
+    if category in categories.MULTI_TURN:
+        from envace_gym.envs.bfcl import multi_turn as module
+    elif category in categories.SINGLE_TURN + categories.LANGUAGES:
+        from envace_gym.envs.bfcl import single_turn as module
+    elif category in categories.MEMORY:
+        from envace_gym.envs.bfcl import memory as module
+    elif category in categories.WEB_SEARCH:
+        from envace_gym.envs.bfcl import web_search as module
+    elif category == categories.FORMAT_SENSITIVITY:
+        from envace_gym.envs.bfcl import format_sensitivity
+
         return format_sensitivity.format_sensitivity_suite()
-    raise ValueError(f"unknown BFCL category {category!r}; choose from {CATEGORIES}")
+    else:
+        raise ValueError(f"unknown BFCL category {category!r}; choose from {CATEGORIES}")
+    return module.category_suite(category)
 
 
 def make_env(category: str, **kwargs) -> EnvACEEnv:
     """The env of one BFCL category; multi-turn ones keep bfcl-eval's per-turn step limit."""
+    from envace_gym.env import EnvACEEnv
+    from envace_gym.envs.bfcl.multi_turn import MAX_STEPS_PER_TURN
+
     suite = get_suite(category)
     kwargs.setdefault("max_turns", None)
     if not suite.one_step:
-        kwargs.setdefault("max_steps_per_turn", multi_turn.MAX_STEPS_PER_TURN)
+        kwargs.setdefault("max_steps_per_turn", MAX_STEPS_PER_TURN)
     return EnvACEEnv(suite, split=kwargs.pop("split", None), **kwargs)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from bfcl_eval.eval_checker.agentic_eval.agentic_checker import agentic_checker
 
-from envace_gym.envs.bfcl import source  # noqa: F401  (sets BFCL_PROJECT_ROOT, which bfcl-eval's loaders read)
+from envace_gym.envs.bfcl import categories, source  # noqa: F401  (source sets BFCL_PROJECT_ROOT, which bfcl-eval's loaders read)
 from envace_gym.envs.bfcl.schemas import openai_schema
 from envace_gym.episode import Episode, Task
 from envace_gym.grader import Grader
@@ -25,9 +25,7 @@ from envace_gym.messages import format_tool_call
 from envace_gym.suite import Suite, User, World
 from envace_gym.tools import ToolSet
 
-MEMORY_CATEGORIES = ("memory_kv", "memory_vector", "memory_rec_sum")
-WEB_SEARCH_CATEGORIES = ("web_search_base", "web_search_no_snippet")
-CATEGORIES = MEMORY_CATEGORIES + WEB_SEARCH_CATEGORIES
+CATEGORIES = categories.MEMORY + categories.WEB_SEARCH
 
 
 def final_answer(answer: str, context: str) -> str:

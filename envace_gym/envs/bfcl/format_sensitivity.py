@@ -21,7 +21,7 @@ from functools import cache, cached_property, lru_cache, partial
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from envace_gym.envs.bfcl import source  # first: it points bfcl-eval's config at the cache
+from envace_gym.envs.bfcl import categories, source  # source first: it points bfcl-eval's config at the cache
 
 # isort: split
 from bfcl_eval.constants.enums import Language, ReturnFormat
@@ -46,7 +46,7 @@ from envace_gym.messages import format_tool_call
 from envace_gym.suite import World
 from envace_gym.tools import ToolSet
 
-CATEGORY = "format_sensitivity"
+CATEGORY = categories.FORMAT_SENSITIVITY
 NO_TOOLS = ToolSet([])
 # bfcl-eval's JSON decoder searches with a regular expression that backtracks exponentially in the
 # answer's braces: an answer with more than this many is decoded in a child process, bounded

@@ -37,8 +37,7 @@ from bfcl_eval.constants.default_prompts import (
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
 from envace_gym.cache import cache_dir
-from envace_gym.envs.bfcl import source
-from envace_gym.envs.bfcl.agentic import MEMORY_CATEGORIES as CATEGORIES
+from envace_gym.envs.bfcl import categories, source
 from envace_gym.envs.bfcl.agentic import AgenticSuite
 from envace_gym.envs.bfcl.multi_turn import BFCLWorld
 from envace_gym.episode import Task
@@ -49,6 +48,8 @@ STOP_WORDS = frozenset(
     "a an and are as at be but by for from had has have i in is it its me my of on or our so that the this to "
     "was we were with you your".split()
 )
+
+CATEGORIES = categories.MEMORY
 
 
 def encoder_dir() -> Path:

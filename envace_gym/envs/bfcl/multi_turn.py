@@ -30,7 +30,7 @@ from bfcl_eval.constants.default_prompts import (
 )
 
 from envace_gym.bounded import DumpedJSON, Response
-from envace_gym.envs.bfcl import source
+from envace_gym.envs.bfcl import categories, source
 from envace_gym.envs.bfcl.schemas import openai_schema
 from envace_gym.episode import CallRecord, Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
@@ -41,7 +41,7 @@ from envace_gym.suite import Suite, User, UserReply, World
 from envace_gym.tools import ToolSet
 
 MAX_STEPS_PER_TURN = MAXIMUM_STEP_LIMIT  # bfcl-eval's limit of tool-calling steps in one user turn
-CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+CATEGORIES = categories.MULTI_TURN
 SYSTEM_PROMPT = (
     "You operate the tools described to you on the user's behalf. Within each user turn, keep "
     "calling tools until the request is done, then reply without a tool call; that reply ends the "

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from envace_gym.envs.bfcl import source  # first: it points bfcl-eval's config at the cache
+from envace_gym.envs.bfcl import categories, source  # source first: it points bfcl-eval's config at the cache
 
 # isort: split
 from bfcl_eval.constants.enums import Language
@@ -34,21 +34,9 @@ from envace_gym.messages import format_tool_call
 from envace_gym.suite import Suite, User, World
 from envace_gym.tools import ToolSet
 
-CATEGORIES = (
-    "simple_python",
-    "multiple",
-    "parallel",
-    "parallel_multiple",
-    "irrelevance",
-    "live_simple",
-    "live_multiple",
-    "live_parallel",
-    "live_parallel_multiple",
-    "live_irrelevance",
-    "live_relevance",
-)
+CATEGORIES = categories.SINGLE_TURN
 #: the categories in another language than Python, checked with bfcl-eval's converters for it
-LANGUAGES = {"simple_java": Language.JAVA, "simple_javascript": Language.JAVASCRIPT}
+LANGUAGES = dict(zip(categories.LANGUAGES, (Language.JAVA, Language.JAVASCRIPT)))
 SYSTEM_PROMPT = (
     "Answer the user's request in a single reply made of the tool calls that fulfil it, all of "
     "them at once. If no available tool fits the request, reply in words without a tool call."

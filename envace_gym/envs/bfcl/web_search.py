@@ -32,8 +32,7 @@ from typing import Any
 import requests
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
-from envace_gym.envs.bfcl import source
-from envace_gym.envs.bfcl.agentic import WEB_SEARCH_CATEGORIES as CATEGORIES
+from envace_gym.envs.bfcl import categories, source
 from envace_gym.envs.bfcl.agentic import AgenticSuite
 from envace_gym.envs.bfcl.multi_turn import BFCLWorld
 from envace_gym.episode import Task
@@ -42,6 +41,8 @@ SERPAPI_URL = "https://serpapi.com"
 OFFLINE_HOST = "bfcl-offline.invalid"  # a reserved name that never resolves: the corpus' answer pages
 STAND_IN = "offline corpus (stand-in)"
 CORPUS = Path(__file__).parent / "web_corpus"
+
+CATEGORIES = categories.WEB_SEARCH
 
 
 def _words(text: str) -> list[str]:
