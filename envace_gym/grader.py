@@ -55,8 +55,11 @@ def unmet_arguments(gold: dict, made: dict, names: Iterable[str] | None = None) 
     >>> unmet_arguments({"celsius": 22, "room": "hall"}, {"celsius": 22.0, "room": "den", "fan": True})
     ['fan', 'room']
     """
+
+    def text(value: Any) -> str:
+        return json.dumps(canonical(value), sort_keys=True)
+
     names = gold.keys() | made.keys() if names is None else names
-    text = lambda v: json.dumps(canonical(v), sort_keys=True)  # noqa: E731
     return sorted(k for k in names if k not in gold or k not in made or text(gold[k]) != text(made[k]))
 
 

@@ -10,7 +10,7 @@ from tau2.data_model.tasks import RewardType
 
 from envace_gym.envs.tau2.users import scenario_parts
 from envace_gym.episode import Episode, Task
-from envace_gym.grader import Grader
+from envace_gym.grader import Grader, unmet_arguments
 from envace_gym.messages import format_tool_call
 from envace_gym.state import model_diff
 
@@ -36,15 +36,30 @@ class Tau2Grader(Grader):
         ]
 
     def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
+        """tau2's action check: each gold action met by some call (``compare_with_tool_call``); one not met
+        whose tool was called names the compared arguments that differ in ``unmet``."""
         predicted = [
             Tau2ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor=c.requestor)
             for c in episode.calls
             if c.ran
         ]
-        checks = [
-            {"action": a.name, "arguments": a.arguments, "met": any(a.compare_with_tool_call(p) for p in predicted)}
-            for a in self.suite.gold_actions(task)
-        ]
+        checks = []
+        for a in self.suite.gold_actions(task):  # tau2's own verdict (its == holds 22 and 22.0 equal)
+            check = {
+                "action": a.name,
+                "arguments": a.arguments,
+                "met": any(a.compare_with_tool_call(p) for p in predicted),
+            }
+            near = [  # the arguments tau2 compared that differ, for the nearest call of the name
+                unmet_arguments(
+                    a.arguments, p.arguments, p.arguments.keys() if a.compare_args is None else a.compare_args
+                )
+                for p in predicted
+                if p.name == a.name
+            ]
+            if not check["met"] and near:
+                check["unmet"] = min(near, key=len)
+            checks.append(check)
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
 
