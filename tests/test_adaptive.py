@@ -105,3 +105,67 @@ def test_run_plays_adaptive_dynamics_with_a_reward_that_compares_across_dynamics
 
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["reward_source"] for r in rows} == {"replay"} and all(r["routes"] for r in rows)
+
+
+def test_the_gated_world_model_loss_trains_only_responses_the_policy_rehearses_badly(tiny):
+    from test_rollout import Recorder
+
+    from envace_gym.training.grpo import ROLE_IDS
+    from envace_gym.training.rollout import collect
+
+    agent = Recorder(agents.load(f"hf:{tiny}", max_new_tokens=8, temperature=1.0, seed=3))
+    trusted = FidelityRouter(min_calls=1, explore=0.0)
+    trusted.update("get_order_details", {"order_id": "#W2378156"}, PERFECT)  # the Recorder's call
+    for router, trained in ((trusted, 0), (FidelityRouter(min_calls=1, explore=0.0), 1)):
+        envs = [gym.make("EnvACE/tau2-retail-v0", dynamics="adaptive", router=router, max_turns=2) for _ in range(2)]
+        rows = collect(agent, envs, ["5"], 2, world_targets=True, skip_world=router.faithful)
+        episodes = rows[:2]
+        worlds = [r for r in rows[2:] if ROLE_IDS["world"] in r.roles]
+        if trained:  # a new router: the first call goes to the world and its response is trained
+            assert all(e.info["real_calls"] >= 1 and e.info["world"]["trained"] >= 1 for e in episodes) and worlds
+        else:  # a trusted tool: rehearsed, no real call, nothing for the world-model loss
+            assert all(e.info["real_calls"] == 0 for e in episodes) and not worlds
+
+
+def test_training_under_adaptive_dynamics_keeps_its_router_and_budget_across_resume(tiny, tmp_path):
+    from envace_gym.training import TrainConfig, Trainer
+
+    config = TrainConfig(
+        model=f"hf:{tiny}",
+        env_id=OFFICE,
+        out=str(tmp_path),
+        dynamics="adaptive",
+        real_call_budget=1,
+        world_model_coef=0.5,
+        world_model_gate=True,
+        group_size=2,
+        tasks_per_step=1,
+        steps=1,
+        max_new_tokens=8,
+        max_turns=2,
+        eval_every=0,
+        save_every=1,
+    )
+    trainer = Trainer(config)
+    trainer.router.update("get_users", {}, PERFECT)
+    (record,) = trainer.train()
+    assert record["real_calls"] <= 1 and record["real_calls/total"] == record["real_calls"]
+    assert {"world/trained", "world/skipped_faithful"} <= set(record)
+    resumed = Trainer(TrainConfig(**{**vars(config), "steps": 2}))
+    resumed.resume()
+    assert resumed.router.estimates == trainer.router.estimates and resumed.real_calls == trainer.real_calls
+    with pytest.raises(ValueError, match="use dynamics adaptive"):
+        TrainConfig(**{**vars(config), "dynamics": "mixed"})
+
+
+def test_the_budget_is_never_exceeded_in_episodes():
+    router = FidelityRouter(budget=3, explore=1.0)  # every call would go out, but for the budget
+    env = gym.make(OFFICE, dynamics="adaptive", router=router)
+    oracle = agents.load("oracle", env=env)
+    records = [run_episode(env, oracle, t, seed=i) for i, t in enumerate(env.unwrapped.task_ids[:5])]
+    assert sum(r["real_calls"] for r in records) == 3 and router.real_calls == 3
+    assert {route["reason"] for r in records for route in r["routes"] if route["source"] == "rehearsed"} == {
+        "budget spent"
+    }
+    router.refill(budget=1)
+    assert run_episode(env, oracle, env.unwrapped.task_ids[0], seed=9)["real_calls"] == 1

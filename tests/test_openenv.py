@@ -392,3 +392,17 @@ def test_run_url_from_the_command_line_and_a_server_that_is_gone(tmp_path):
     )
     assert gone.returncode != 0 and f"cannot reach the env server at {url}" in gone.stderr + gone.stdout
     assert len((gone.stderr + gone.stdout).strip().splitlines()) <= 3
+
+
+def test_a_refused_token_says_so_not_that_the_server_cannot_be_reached():
+    with serving(EnvServer(MOCK, max_sessions=1, token="s3cret-token")) as url:
+        for token in (None, "wrong-token-xx"):
+            env = gym.make("EnvACE/remote-v0", url=url, token=token, timeout=10)
+            with pytest.raises(ConnectionError, match=r"refused a session: HTTP 403 \(is the token right") as e:
+                env.reset(seed=0)
+            assert "cannot reach" not in str(e.value) and "wrong-token" not in str(e.value)
+            with pytest.raises(ConnectionError, match=r"refused GET /tasks: HTTP 403 \(is the token right"):
+                env.unwrapped.tasks()
+        env = gym.make("EnvACE/remote-v0", url=url, token="s3cret-token", timeout=10)
+        assert env.reset(seed=0)[0]["role"] == "act"
+        env.close()

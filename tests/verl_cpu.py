@@ -7,7 +7,8 @@ tests/test_verl.py; every verl process imports it: ``VERL_USE_EXTERNAL_MODULES=v
   ``verl.workers.rollout.base``): one Ray actor per replica serves generations with transformers
   (:class:`~envace_gym.agents.hf.HFAgent`), token in and token out with log-probs, and takes the
   actor's weights after each update (verl's ``naive`` checkpoint engine);
-- :func:`setup`, the Ray workers' process hook: the envace estimator's :func:`install`, and with
+- :func:`setup`, the Ray workers' process hook: the envace estimator's :func:`install`, a worker group's
+  gloo process group, and with
   ``ENVACE_VERL_BATCH`` set, the batch each advantage computation saw and gave, saved there.
 
 verl's FSDP engine is registered for cuda and npu only; ``VERL_ENGINE_DEVICE=cuda`` (verl's own switch)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import types
 
@@ -216,6 +218,10 @@ def setup() -> None:
     from envace_gym.integrations import verl as envace_verl
 
     envace_verl.install()
+    if os.environ.get("WG_BACKEND") == "ray" and not torch.distributed.is_initialized():
+        # a worker group's rank: verl would ask torch for "cpu:gloo,cpu:gloo" (utils/distributed.py:89), a
+        # backend string torch refuses; its group made here (gloo, verl's rank and rendezvous) is kept
+        torch.distributed.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     path = os.environ.get("ENVACE_VERL_BATCH")
     if not path or getattr(ray_trainer.compute_advantage, "recorded", False):
         return
@@ -223,15 +229,19 @@ def setup() -> None:
 
     def compute_advantage(data, *args, **kwargs):
         data = compute(data, *args, **kwargs)
-        fields = ("token_level_rewards", "response_mask", "advantages", "responses")
-        torch.save(
-            {
-                **{k: data.batch[k].clone() for k in fields},
-                **{k: list(data.non_tensor_batch[k]) for k in ("uid", "envace_roles", "envace_generations")},
-            },
-            path,
-        )
+        fields = ("token_level_rewards", "response_mask", "advantages")
+        record = {k: data.batch[k].tolist() for k in fields}
+        record |= {k: [_plain(v) for v in data.non_tensor_batch[k]] for k in ("uid", "envace_roles", "envace_generations")}
+        with open(path, "w") as f:
+            json.dump(record, f)
         return data
 
     compute_advantage.recorded = compute_advantage.envace = True
     ray_trainer.compute_advantage = compute_advantage
+
+
+def _plain(value):
+    """A batch field's entry as JSON takes it (numpy arrays and numbers to lists and Python numbers)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value.tolist() if hasattr(value, "tolist") else value

@@ -54,7 +54,15 @@ class TrainConfig:
     world_model_coef: float = setting(
         0.0,
         "Add this times the cross-entropy of the real tool responses, written as rehearsals "
-        "(the world-model loss), where the dynamics run real calls (real, shadow, mixed).",
+        "(the world-model loss), where the dynamics run real calls (real, shadow, mixed, adaptive).",
+    )
+    world_model_gate: bool = setting(
+        False,
+        "Under adaptive dynamics: leave out of the world-model loss the real responses of tools the router "
+        "already trusts (their rehearsal proved faithful); the unfaithful and uncertain ones are trained.",
+    )
+    real_call_budget: int | None = setting(
+        None, "Under adaptive dynamics: at most this many real calls per step (default: no cap)."
     )
     roles: list[str] = setting(list(ROLES), ROLES_HELP)
     baseline: str = setting("episode", "episode or row.")
@@ -132,16 +140,24 @@ class TrainConfig:
                     "rollout_workers",
                     "kl_coef",
                     "world_model_coef",
+                    "real_call_budget",
                 ),
                 POSITIVE: ("lr", "clip_eps", "temperature"),
                 SEED: ("seed",),
             },
         )
-        if self.world_model_coef and get_dynamics(self.dynamics).answers not in ("world", "either"):
+        answers = get_dynamics(self.dynamics).answers
+        if self.world_model_coef and answers not in ("world", "either", "router"):
             raise ValueError(
                 f"world_model_coef learns from real tool responses: dynamics {self.dynamics!r} runs no real call "
-                "(real, shadow or mixed do)"
+                "(real, shadow, mixed or adaptive do)"
             )
+        if (self.world_model_gate or self.real_call_budget is not None) and answers != "router":
+            raise ValueError(
+                "world_model_gate and real_call_budget route by the adaptive router: use dynamics adaptive"
+            )
+        if self.world_model_gate and not self.world_model_coef:
+            raise ValueError("world_model_gate gates the world-model loss: give world_model_coef too")
         if self.world_model_coef and self.rehearsal_format != "inline":
             raise ValueError(
                 "world_model_coef writes real responses where inline rehearsals go: use rehearsal_format inline"

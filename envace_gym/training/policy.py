@@ -211,6 +211,8 @@ class Policy:
             "torch_rng": torch.get_rng_state(),
             "python_rng": list(random.getstate()[1]),
             "config": _config_json(run.cfg),
+            "real_calls": getattr(run, "real_calls", 0),
+            "router": run.router.state_dict() if getattr(run, "router", None) else None,
         }
         (run.out / "config.json").write_text(_config_json(run.cfg, indent=1))
         return checkpoint.save(
@@ -240,6 +242,10 @@ class Policy:
                 f"{folder} does not fit this run's model: {checkpoint.first_line(e)}"
             ) from None
         run.step, run.cursor = state["step"], state["cursor"]
+        if getattr(run, "router", None) and state.get("router"):  # the main process's estimates (docs: adaptive)
+            run.router.load_state_dict(state["router"])
+        if hasattr(run, "real_calls"):
+            run.real_calls = int(state.get("real_calls") or 0)
         metrics = run.out / "metrics.jsonl"
         if metrics.exists() and self.accelerator.is_main_process:
             data = metrics.read_bytes()  # a last line without its newline was cut short by a kill

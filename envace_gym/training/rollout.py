@@ -16,6 +16,7 @@ them, tagged ``world`` (the targets of the world-model loss), the rest context.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -110,7 +111,13 @@ def world_row(tok, rollout: Rollout, obs: dict, real_ids: set[str]) -> Rollout |
 
 
 def collect(
-    agent, envs: list[gym.Env], task_ids: list[str], group_size: int, seed: int = 0, world_targets: bool = False
+    agent,
+    envs: list[gym.Env],
+    task_ids: list[str],
+    group_size: int,
+    seed: int = 0,
+    world_targets: bool = False,
+    skip_world: Callable[[str, dict], bool] | None = None,
 ) -> list[Rollout]:
     """Play ``group_size`` episodes of every task (one env each), generations batched across envs.
 
@@ -119,7 +126,10 @@ def collect(
     Returns the conversation row of every episode (in task order), then the rows of
     prompted rehearse generations, if any, then with ``world_targets`` the :func:`world_row` of
     every episode that ran real calls (inline rehearsal only). An episode that ended with an error (a model
-    server of the judge, the user or a simulator failed) has it in ``info["error"]``.
+    server of the judge, the user or a simulator failed) has it in ``info["error"]``, and each episode's
+    ``info["real_calls"]`` counts the calls the world answered. ``skip_world(name, arguments)`` leaves a real
+    response out of the world row (the gated world-model loss); ``info["world"]`` counts those trained and
+    those skipped.
     """
     assert len(envs) == len(task_ids) * group_size, "one env per episode"
     tok = agent.tokenizer
@@ -130,6 +140,7 @@ def collect(
     ]
     extra: list[Rollout] = []
     real_ids: list[set[str]] = [set() for _ in rollouts]  # the ids of each episode's calls the world answered
+    skipped: list[set[str]] = [set() for _ in rollouts]  # those of them left out of its world row
     worlds: list[Rollout] = []
     observations = [
         obs for obs, _ in reset_all(envs, [(seed + i, {"task_id": r.task_id}) for i, r in enumerate(rollouts)])
@@ -163,16 +174,21 @@ def collect(
             row._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
             obs, reward, terminated, truncated, info = step
             observations[i] = obs
-            real_ids[i] |= {c["id"] for c in info.get("tool_calls", ()) if c["source"] == "real"}
+            real = [c for c in info.get("tool_calls", ()) if c["source"] == "real"]
+            real_ids[i] |= {c["id"] for c in real}
+            skipped[i] |= {c["id"] for c in real if skip_world and skip_world(c["name"], c["arguments"])}
             if terminated or truncated:
                 r = rollouts[i]
                 keys = ("ended_by", "reward_source", "reward_info", "turn", "error")
                 r.reward, r.info = reward, {k: info.get(k) for k in keys}
+                trained = real_ids[i] - skipped[i]
+                r.info["real_calls"] = len(real_ids[i])
+                r.info["world"] = {"trained": len(trained), "skipped_faithful": len(skipped[i])}
                 for other in extra:
                     if other.episode == r.episode:
                         other.reward, other.info = r.reward, r.info
-                if world_targets and real_ids[i]:
-                    world = world_row(tok, r, obs, real_ids[i])
+                if world_targets and trained:
+                    world = world_row(tok, r, obs, trained)
                     if world is not None:
                         worlds.append(world)
             else:

@@ -14,6 +14,8 @@ import torch
 
 from envace_gym import agents
 from envace_gym.compare import compare_calls
+from envace_gym.dynamics import get as get_dynamics
+from envace_gym.routing import FidelityRouter
 from envace_gym.runner import run_episode
 from envace_gym.training.config import ROLES, TrainConfig
 from envace_gym.training.grpo import ROLE_IDS, grpo_loss, token_advantages, token_logprobs
@@ -81,6 +83,9 @@ class Trainer:
             rehearsal_format=config.rehearsal_format,
             **config.env_kwargs,
         )
+        # adaptive dynamics: one router for this process's envs (Ray rollout workers: each its own copy)
+        routes = get_dynamics(config.dynamics).answers == "router"
+        self.router = FidelityRouter(budget=config.real_call_budget) if routes else None
         n_envs = len(self._my_tasks(range(config.tasks_per_step))) * config.group_size
         if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel
             from envace_gym.distributed import EnvPool
@@ -90,7 +95,8 @@ class Trainer:
             )
             self.task_ids = gym.make(config.env_id, split=config.split, **make).unwrapped.task_ids
         else:
-            self.envs = [gym.make(config.env_id, split=config.split, **make) for _ in range(n_envs)]
+            routed = {"router": self.router} if self.router else {}
+            self.envs = [gym.make(config.env_id, split=config.split, **make, **routed) for _ in range(n_envs)]
             self.task_ids = self.envs[0].unwrapped.task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
         self.eval_env = gym.make(
@@ -100,7 +106,7 @@ class Trainer:
             max_turns=config.max_turns,
             **config.env_kwargs,
         )
-        self.step, self.cursor, self.flat_steps = 0, 0, 0
+        self.step, self.cursor, self.flat_steps, self.real_calls = 0, 0, 0, 0
         self.play_settings = {
             "env_id": config.env_id,
             "max_turns": config.max_turns,
@@ -153,6 +159,8 @@ class Trainer:
         self.cursor += self.cfg.tasks_per_step
         self.model.eval()
         mine = self._my_tasks(range(len(tasks)))
+        if self.router:
+            self.router.refill()  # --real-call-budget is per step
         with self.policy.unsharded():
             rollouts = collect(
                 self.agent,
@@ -161,6 +169,7 @@ class Trainer:
                 self.cfg.group_size,
                 seed=self.cfg.seed + 1000 * self.step + 100 * self.rank,
                 world_targets=bool(self.cfg.world_model_coef),
+                skip_world=self.router.faithful if self.router and self.cfg.world_model_gate else None,
             )
         for r in rollouts:  # the task's index in the step and a batch-wide episode id, as on one process
             r.episode = mine[r.group] * self.cfg.group_size + r.episode % self.cfg.group_size
@@ -180,6 +189,9 @@ class Trainer:
             self.scheduler.step()
         self.step += 1
         tokens = sum(len(r.ids) for r in rollouts)
+        ended = {r.episode: r.info for r in rollouts if "real_calls" in r.info}  # one per episode
+        real_calls = sum(info["real_calls"] for info in ended.values())
+        self.real_calls += real_calls
         episodes: dict[int, dict] = {}  # rows summed into their episodes (prompted rows share one)
         for r in kept:
             e = episodes.setdefault(r.episode, {"reward": r.reward, "act": 0, "rehearse": 0})
@@ -194,6 +206,10 @@ class Trainer:
             "rows": len(rollouts),
             "tokens": tokens,
             "tokens_per_s": tokens / (time.perf_counter() - start),
+            "real_calls": real_calls,
+            "real_calls/total": self.real_calls,
+            "world/trained": sum(info["world"]["trained"] for info in ended.values()),
+            "world/skipped_faithful": sum(info["world"]["skipped_faithful"] for info in ended.values()),
             "rollout_s": sampled - start,
             "update_s": time.perf_counter() - sampled,
             **stats,

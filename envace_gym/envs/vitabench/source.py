@@ -18,7 +18,9 @@ from loguru import logger
 
 ROOT_VARIABLE = "VITABENCH_ROOT"
 LANGUAGE = "english"  # the checkout's task files read here are the English ones (tasks_en.json)
-DOMAINS = ("delivery", "instore")
+DOMAINS = ("delivery", "instore", "ota")  # VitaBench's domains, each a module of tools and an environment
+CROSS_DOMAIN = "cross_domain"  # its task set across the three, played in their merged environment
+TASK_SETS = (*DOMAINS, CROSS_DOMAIN)
 
 
 def root() -> Path:
@@ -47,6 +49,7 @@ def load() -> None:
             __import__(f"vita.domains.{domain}.environment")
         import vita.evaluator.evaluator_traj  # noqa: F401
         import vita.orchestrator.orchestrator  # noqa: F401
+        import vita.registry  # noqa: F401  (the cross-domain environment builds each domain's through it)
 
     from envace_gym.envs.vitabench.isolation import install
 

@@ -1,11 +1,13 @@
-"""VitaBench's delivery and in-store domains as envace-gym suites, on VitaBench's own code.
+"""VitaBench's domains as envace-gym suites, on VitaBench's own code: delivery, in-store and OTA, and its
+cross-domain tasks in the three domains' merged environment (as its runner plays ``delivery,instore,ota``).
 
 The tools, their schemas, the agent policy, the greeting and the tasks are VitaBench's.
 What differs from its runner is how state is held: each task's initial world is built
 once, with registries of its own (:mod:`~envace_gym.envs.vitabench.isolation`), and every
 episode's world is a deep copy of it, so a reset and a fork are copies. The tasks have
 no gold calls; their reward is VitaBench's rubric judge
-(:class:`~envace_gym.envs.vitabench.reward.VitaBenchReward`).
+(:class:`~envace_gym.envs.vitabench.reward.VitaBenchReward`). A task set whose file the
+checkout lacks (the snapshot holds only delivery's and in-store's) is an ImportError naming it.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import copy
 import importlib
 import os
 from datetime import UTC, datetime
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 from typing import Any
 
 from envace_gym.bounded import Response
-from envace_gym.envs.vitabench.source import DOMAINS, LANGUAGE, load
+from envace_gym.envs.vitabench.source import CROSS_DOMAIN, DOMAINS, LANGUAGE, ROOT_VARIABLE, TASK_SETS, load, root
 from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import NoGoldGrader
@@ -27,9 +29,9 @@ from envace_gym.tools import ToolSet
 
 load()
 
-from vita.environment.environment import Environment  # noqa: E402
+from vita.environment.environment import Environment, get_cross_environment, get_cross_tasks  # noqa: E402
 from vita.orchestrator.orchestrator import get_default_first_agent_message  # noqa: E402
-from vita.utils.utils import get_weekday  # noqa: E402
+from vita.utils.utils import get_task_file_path, get_weekday  # noqa: E402
 
 from envace_gym.envs.vitabench.isolation import Registries  # noqa: E402
 
@@ -52,10 +54,10 @@ class VitaWorld(World):
             return Response.from_native(Environment.to_json_str(result), decode_scalars=True)
 
     def fork(self) -> VitaWorld:
-        db, registries = copy.deepcopy((self.env.tools.db, self.registries))  # one copy: shared objects stay shared
+        # one copy: shared objects stay shared, and the merged toolkit's bound tools bind to its copy
+        tools, registries = copy.deepcopy((self.env.tools, self.registries))
         env = copy.copy(self.env)
-        env.tools = copy.copy(self.env.tools)
-        env.tools.db = db
+        env.tools = tools
         return VitaWorld(env, registries)
 
 
@@ -71,14 +73,25 @@ missing_judge.unavailable = f"set {JUDGE_VARIABLE}=MODEL@BASE_URL, or pass --rew
 
 
 class VitaSuite(Suite):
-    """One VitaBench domain (``delivery`` or ``instore``). Build it with :func:`get_suite`."""
+    """One VitaBench task set (``delivery``, ``instore``, ``ota`` or ``cross_domain``). Build it with
+    :func:`get_suite`."""
 
     def __init__(self, domain: str):
-        if domain not in DOMAINS:
-            raise ValueError(f"unknown VitaBench domain {domain!r}; choose from {DOMAINS}")
-        self.domain, self.name = domain, f"vitabench-{domain}"
-        self._module = importlib.import_module(f"vita.domains.{domain}.environment")
-        self.tasks = [Task(t.id, t) for t in self._module.get_tasks(LANGUAGE)]
+        if domain not in TASK_SETS:
+            raise ValueError(f"unknown VitaBench domain {domain!r}; choose from {TASK_SETS}")
+        path = get_task_file_path(domain, LANGUAGE)
+        if not path.is_file():
+            raise ImportError(
+                f"the VitaBench checkout at {ROOT_VARIABLE}={root()} has no {domain} tasks: {path} is missing "
+                "(VitaBench's repository holds it; put it there to play this suite)"
+            )
+        self.domain, self.name = domain, f"vitabench-{domain.replace('_', '-')}"
+        if domain == CROSS_DOMAIN:
+            tasks, self._environment = get_cross_tasks(LANGUAGE), partial(get_cross_environment, ",".join(DOMAINS))
+        else:
+            module = importlib.import_module(f"vita.domains.{domain}.environment")
+            tasks, self._environment = module.get_tasks(LANGUAGE), module.get_environment
+        self.tasks = [Task(t.id, t) for t in tasks]
         self._initial: dict[str, VitaWorld] = {}
         template = self.new_world(self.tasks[0]).env
         self._toolset = ToolSet([t.openai_schema for t in template.get_tools()], closed=True)
@@ -104,7 +117,7 @@ class VitaSuite(Suite):
             time = datetime.strptime(task.data.environment["time"], TIME_FORMAT).replace(tzinfo=UTC)
             registries = Registries(time.timestamp())
             with registries.active():  # the database's stores, products and locations register here
-                env = self._module.get_environment(copy.deepcopy(task.data.environment), LANGUAGE)
+                env = self._environment(copy.deepcopy(task.data.environment), LANGUAGE)
             self._initial[task.id] = VitaWorld(env, registries)
         return self._initial[task.id].fork()
 

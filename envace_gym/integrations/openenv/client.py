@@ -216,6 +216,8 @@ class RemoteEnv(gym.Env):
                 raise ConnectionError(
                     self._redirected(refused.response.status_code, refused.response.headers.get("Location"))
                 ) from None
+            if isinstance(refused, InvalidStatus) and refused.response.status_code in (401, 403):
+                raise ConnectionError(self._refused("a session", refused.response.status_code)) from None
             if cutoff.passed or isinstance(e, TimeoutError):
                 raise ConnectionError(f"the env server at {self.url} did not answer within {self.timeout} s") from None
             raise ConnectionError(f"cannot reach the env server at {self.url}: {_brief(e)}") from None
@@ -227,6 +229,10 @@ class RemoteEnv(gym.Env):
             "RemoteEnv follows no redirect (so that the token goes nowhere else); give the URL it points to "
             "if you trust it"
         )
+
+    def _refused(self, what: str, status: int) -> str:
+        hint = " (is the token right? serve --token, RemoteEnv(token=...))" if status in (401, 403) else ""
+        return f"the env server at {self.url} refused {what}: HTTP {status}{hint}"
 
     def _drop(self) -> None:
         ws, wire, self._ws, self._wire = self._ws, self._wire, None, None
@@ -327,8 +333,7 @@ class RemoteEnv(gym.Env):
         if 300 <= status < 400:
             raise ConnectionError(self._redirected(status, location))
         if status != 200:
-            hint = " (is the token right? serve --token, RemoteEnv(token=...))" if status in (401, 403) else ""
-            raise ConnectionError(f"the env server at {self.url} refused GET /tasks: HTTP {status}{hint}")
+            raise ConnectionError(self._refused("GET /tasks", status))
         if len(body) > self.max_message_bytes:
             raise ConnectionError(f"the env server at {self.url} sent a task list over {self.max_message_bytes} bytes")
         try:
