@@ -17,6 +17,9 @@ each seed:
        act-only    rehearsed dynamics, act role only (the rehearse role frozen)
        mixed       mixed dynamics (a coin per call: the world or the policy), both roles
        mixed-wm    mixed, plus the world-model loss on the real responses (--world-model-coef)
+       adaptive    adaptive dynamics (the world where the policy's rehearsal of a tool is not yet
+                   proved faithful, the policy elsewhere), both roles
+       adaptive-wm adaptive, plus the world-model loss gated by the router (trusted tools skipped)
 
    All are rewarded with ``progress`` (gold calls made and communicate items stated, from
    the transcript alone: computable where no real database exists).
@@ -75,6 +78,8 @@ CONDITIONS = {  # name: dynamics, roles trained, world-model loss
     "act-only": ("rehearsed", ["act"], False),
     "mixed": ("mixed", ["act", "rehearse"], False),
     "mixed-wm": ("mixed", ["act", "rehearse"], True),
+    "adaptive": ("adaptive", ["act", "rehearse"], False),
+    "adaptive-wm": ("adaptive", ["act", "rehearse"], True),  # the loss gated by the router's estimates
 }
 PHASES = ("before", "warm", "plateau")
 METRICS = ("reward", "sampled_reward", "gold_share", "valid_calls", "parsed", "leaf_match", "exact")
@@ -208,6 +213,7 @@ class Study:
                 clip_eps=args.clip_eps,
                 kl_coef=args.kl_coef,
                 world_model_coef=args.world_model_coef if world_model else 0.0,
+                world_model_gate=world_model and dynamics == "adaptive",
                 temperature=args.temperature,
                 max_new_tokens=args.new_tokens,
                 max_turns=args.max_turns,
@@ -224,8 +230,7 @@ class Study:
         while trainer.step < args.steps:
             record = trainer.train_step()
             rewards.append(record["reward"])
-            # each env plays one episode a step: its calls are the ones that episode ran
-            real_calls += sum(c.source == "real" for env in trainer.envs for c in env.unwrapped.episode.calls)
+            real_calls += record["real_calls"]  # the calls the world answered in the step's episodes
             if trainer.step % args.eval_every == 0 or trainer.step == args.steps:
                 full = trainer.step % args.fidelity_every == 0 or trainer.step == args.steps
                 curve.append(
@@ -550,6 +555,8 @@ def markdown(summary: dict) -> str:
         "act-only": "GRPO, act-only",
         "mixed": "GRPO, mixed",
         "mixed-wm": "GRPO, mixed + world-model loss",
+        "adaptive": "GRPO, adaptive",
+        "adaptive-wm": "GRPO, adaptive + gated world-model loss",
     }
     lines = [
         "| row | test reward (tau2) | gold share | rehearsal leaf_match | reward gain over warm | real calls in GRPO |",

@@ -121,7 +121,7 @@ def test_rehearsal_study_and_its_summary(study):
     assert [r["seed"] for r in results["runs"]] == [0, 1]
     for run_ in results["runs"]:
         assert run_["warm_step"] == 1 and len(run_["sft_curve"]) == 1
-        for name in ("real", "envace", "act-only"):
+        for name in ("real", "envace", "act-only", "adaptive", "adaptive-wm"):
             assert [p["step"] for p in run_[name]] == [0, 1]
     assert {"before", "warm", "plateau", "real", "envace", "act-only"} <= set(results["summary"])
     for name in ("results.md", "results.png", "sft_curve.png"):

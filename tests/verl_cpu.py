@@ -212,7 +212,8 @@ rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{__name__}.HFAdapter"
 
 def setup() -> None:
     """The Ray workers' process hook: the envace estimator's hook, and with ``ENVACE_VERL_BATCH`` set,
-    each advantage computation's batch (rewards, mask, groups, roles, generations, advantages) saved there."""
+    each advantage computation's batch (responses, rewards, mask, groups, roles, generations, advantages)
+    saved there as JSON."""
     from verl.trainer.ppo import ray_trainer
 
     from envace_gym.integrations import verl as envace_verl
@@ -229,7 +230,7 @@ def setup() -> None:
 
     def compute_advantage(data, *args, **kwargs):
         data = compute(data, *args, **kwargs)
-        fields = ("token_level_rewards", "response_mask", "advantages")
+        fields = ("token_level_rewards", "response_mask", "advantages", "responses")
         record = {k: data.batch[k].tolist() for k in fields}
         record |= {k: [_plain(v) for v in data.non_tensor_batch[k]] for k in ("uid", "envace_roles", "envace_generations")}
         with open(path, "w") as f:
