@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import gymnasium as gym
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
 from envace_gym.bounded import execute
+from envace_gym.fidelity import fidelity
 from envace_gym.messages import escape_tags
 from envace_gym.records import CompareRecord
 
@@ -55,6 +58,41 @@ def compare_calls(
                     **call["fidelity"],
                     state_dependent=depends_on_state(inner, call) if inner.suite.private_worlds else None,
                 ).model_dump()
+
+
+def determinism(replays: list[list[dict]]) -> dict:
+    """How much a world model's rehearsals of the same calls vary across replays of the same shadow
+    episodes (each a list of :func:`compare_calls` records): over the calls every replay made (by task,
+    position and call), ``exact`` is the share whose rehearsals are all the same JSON value and ``leaf``
+    the mean leaf agreement of each pair of them (:func:`~envace_gym.fidelity.fidelity`'s
+    ``leaf_match``, taken both ways). A world model that answers one call differently each time is
+    a finding: its rehearsals are samples, not a world."""
+    keyed: list[dict[tuple, str]] = []
+    for records in replays:
+        seen: Counter[tuple] = Counter()
+        by_call = {}
+        for r in records:
+            call = (r["task_id"], r["tool"], json.dumps(r["arguments"], sort_keys=True))
+            seen[call] += 1
+            by_call[(*call, seen[call])] = r["rehearsed"]
+        keyed.append(by_call)
+    common = set(keyed[0]).intersection(*keyed[1:]) if keyed else set()
+    if len(replays) < 2 or not common:
+        return {"replays": len(replays), "calls": len(common), "exact": None, "leaf": None}
+    exact, leaf = [], []
+    for key in sorted(common):
+        texts = [by_call[key] for by_call in keyed]
+        exact.append(len({json.dumps(_value(t), sort_keys=True) for t in texts}) == 1)
+        pairs = list(itertools.combinations(texts, 2))
+        leaf.append(
+            statistics.fmean((fidelity(a, b)["leaf_match"] + fidelity(b, a)["leaf_match"]) / 2 for a, b in pairs)
+        )
+    return {
+        "replays": len(replays),
+        "calls": len(common),
+        "exact": statistics.fmean(exact),
+        "leaf": statistics.fmean(leaf),
+    }
 
 
 def depends_on_state(env, call: dict) -> bool:

@@ -1,3 +1,5 @@
+import pytest
+
 """Shadow comparisons: the oracle is a perfect world model, knn a partial one."""
 
 import json
@@ -66,3 +68,22 @@ def test_compare_cli_writes_records_summary_and_plot(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 10_000
     summary = json.loads(out.with_suffix(".summary.json").read_text())
     assert summary["all"]["calls"] == len(frame)
+
+
+@pytest.mark.slow
+def test_determinism_measures_how_rehearsals_of_the_same_calls_vary_across_replays(tiny):
+    import gymnasium as gym
+
+    from envace_gym import agents
+    from envace_gym.compare import compare_calls, determinism
+
+    env = gym.make("EnvACE/tau2-mock-office-v0", dynamics="shadow")
+    oracle = agents.load("oracle", env=env)
+    tasks = env.unwrapped.task_ids[:2]
+    same = [list(compare_calls(env, oracle, oracle, tasks)) for _ in range(3)]
+    assert determinism(same) == {"replays": 3, "calls": len(same[0]), "exact": 1.0, "leaf": 1.0}
+    sampled = agents.load(f"hf:{tiny}", env=env, max_new_tokens=12, temperature=1.0, seed=0)
+    varied = [list(compare_calls(env, oracle, sampled, tasks, seed=0)) for _ in range(2)]
+    probe = determinism(varied)
+    assert probe["calls"] == len(varied[0]) > 0 and probe["exact"] < 1.0  # a random model samples anew
+    assert determinism(same[:1])["exact"] is None  # one replay measures nothing
