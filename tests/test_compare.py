@@ -72,9 +72,6 @@ def test_compare_cli_writes_records_summary_and_plot(tmp_path):
 
 @pytest.mark.slow
 def test_determinism_measures_how_rehearsals_of_the_same_calls_vary_across_replays(tiny):
-    import gymnasium as gym
-
-    from envace_gym import agents
     from envace_gym.compare import compare_calls, determinism
 
     env = gym.make("EnvACE/tau2-mock-office-v0", dynamics="shadow")
