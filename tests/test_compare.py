@@ -1,11 +1,10 @@
-import pytest
-
 """Shadow comparisons: the oracle is a perfect world model, knn a partial one."""
 
 import json
 
 import gymnasium as gym
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 import envace_gym  # noqa: F401
