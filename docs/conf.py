@@ -31,6 +31,9 @@ source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "_generated", "studies/data/*.md"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
+# text stays as written: docutils' smart quotes would make "--split" an en dash and 'world' curly quotes in
+# prose and tables (the CLI reference's help texts), where a reader copies them into a shell
+smartquotes = False
 
 html_theme = "furo"
 html_title = f"envace-gym {release}"

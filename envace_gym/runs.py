@@ -172,12 +172,8 @@ class Run:
         self.max_turns = inner.max_turns or 50  # for the run's time estimate
         self.reward_note = (
             None
-            if dynamics.answers == "world" or inner.reward
-            else (
-                f"rewards here are the {dynamics.default_reward!r} reward (this suite's world cannot be rebuilt "
-                "here to replay the calls): not the same source as a real run's 'world' reward, so the two means "
-                "do not compare"
-            )
+            if dynamics.answers == "world" or inner.reward  # a reward given scores the calls alike under any dynamics
+            else reward_note(dynamics.default_reward, "this suite's world cannot be rebuilt here to replay the calls")
         )
         # reward_source may differ by episode: --reward's, else the dynamics' default or, for a task without
         # gold, the suite's judge (and None where the episode ended unscored): a record may have any of them
@@ -246,9 +242,11 @@ class Run:
         self.reward_note = (
             None
             if dynamics.answers == "world" or served.reward
-            else f"rewards here are the {dynamics.default_reward!r} reward of the served env: not "
-            "the same source as a real run's 'world' reward, so the two means do not compare (serve --reward replay "
-            "makes them comparable where the suite can replay)"
+            else reward_note(
+                dynamics.default_reward,
+                "the served env's default; serve --reward replay scores as a "
+                "real run's 'world' where the suite can replay",
+            )
         )
         self.agent = agents.load(c.agent, env=self.envs[0], **c.agent_kwargs)
         if not self.agent.acts:
@@ -346,6 +344,16 @@ def user_option(spec: str) -> dict:
     if "max_reply_bytes" in options:
         raise ValueError(f"{spec!r}: a user takes timeout and max_retries (max_reply_bytes is a judge's option)")
     return {"user": "llm", "user_kwargs": {"model": model, "base_url": base_url, **options}}
+
+
+def reward_note(used: str, why: str) -> str:
+    """What ``run`` says of a mean scored by the dynamics' default ``used``, for ``why``: which reward it is,
+    and that a real run's mean compares only when scored by the same (the ``--reward`` to give both)."""
+    return (
+        f"rewards here are the {used!r} reward ({why}); a real run scores by 'world' unless given --reward, "
+        f"and the two means do not compare unless both runs have the same reward (e.g. --reward {used}, or "
+        "tool_f1: the transcript's rewards score the calls alike under any dynamics)"
+    )
 
 
 def comparable_reward(env: EnvACEEnv) -> str | None:

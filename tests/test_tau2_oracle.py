@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 
 import gymnasium as gym
 import pytest
@@ -197,3 +198,36 @@ def test_the_oracle_continues_its_plan_after_foreign_turns(env_id, task_id, host
     ]
     made = [c for c in env.unwrapped.episode.calls if c.requestor == "assistant" and c.name != "no_such_tool"]
     assert len(made) == len(gold)
+
+
+@pytest.mark.parametrize(
+    "domain, task_id",
+    [("retail", "5"), ("retail", "12"), ("airline", "2"), ("airline", "8"), ("telecom", None), ("mock", None)],
+)
+def test_the_scripted_user_speaks_in_the_first_person_and_the_oracle_still_scores_1(domain, task_id):
+    """tau2 writes a scenario to its simulator ("You want to exchange ..."): the scripted user says it as a
+    user ("I want to exchange ..."), without what the simulator is told about the agent or hidden."""
+    env = gym.make(f"EnvACE/tau2-{domain}-v0", split="base")
+    task_id = task_id or env.unwrapped.task_ids[0]
+    reward, info, _ = play(env, agents.load("oracle", env=env), task_id)
+    opening = env.unwrapped.episode.messages[2]["content"]
+    assert reward == 1.0 and info["ended_by"] in ("user_stop", "transfer"), info
+    assert not re.search(r"\byou(r|rself)?\b", opening, re.I), opening
+    assert re.search(r"\b(I|my)\b", opening) and "agent" not in opening and "reveal" not in opening, opening
+
+
+def test_first_person_pronouns_and_what_stays_as_written():
+    from envace_gym.envs.tau2.mock_office import OfficeSuite
+    from envace_gym.envs.tau2.users import ScriptedUser, scenario_parts, spoken
+
+    assert spoken(
+        "You want to return it (but do not reveal it to the agent). If the agent asks, say no. You name is Ana, "
+        "and the store allows you to pay with your card; you're sure you've paid. Change the passenger to yourself."
+    ) == (
+        "I want to return it. My name is Ana, and the store allows me to pay with my card; I'm sure I've paid. "
+        "Change the passenger to myself."
+    )
+    office = OfficeSuite({"test": 40})  # mock-office's instructions are the user's own words already: unchanged
+    for task_id in office.task_ids("test"):
+        task = office.task(task_id)
+        assert ScriptedUser(office, task).opening(None) == scenario_parts(task)[0]

@@ -1,10 +1,12 @@
 """VitaBench suites: tool responses equal to VitaBench's own environment, per-world isolation of its
-class registries, whole offline episodes, no-gold refusals, hostile actions, and the rubric judge
-sending exactly the prompts of VitaBench's own evaluator."""
+class registries, whole offline episodes, no-gold refusals, hostile actions, the rubric judge
+sending exactly the prompts of VitaBench's own evaluator, a judge served here (SmolLM2), and the
+OTA and cross-domain tasks from a checkout that holds their files."""
 
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -17,15 +19,20 @@ from conftest import FakeChatServer
 from helpers import play
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vitabench_reference import LATEST, ORDER_ID, normalized, resolve, vita_messages
+from typer.testing import CliRunner
+from vitabench_reference import LATEST, normalized, resolve, vita_messages
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.base import Agent
+from envace_gym.cli import app
 from envace_gym.compare import compare_calls
+from envace_gym.evaluation import EvalResults
 from envace_gym.messages import format_tool_call
+from envace_gym.openai_client import ChatEndpoint
 
 DELIVERY, INSTORE = "EnvACE/vitabench-delivery-v0", "EnvACE/vitabench-instore-v0"
+ANY_ORDER_ID = re.compile(r"\bO[TIO][0-9a-f]{10}\b")  # delivery, in-store and OTA order ids
 STOP = "Your order is placed and paid. Anything else? ###STOP###"
 
 
@@ -217,8 +224,24 @@ class Scripted(Agent):
     def act(self, obs):
         if obs["role"] == "rehearse":
             return self.rehearsal
-        ids = ORDER_ID.findall(" ".join(m["content"] for m in obs["messages"] if m["role"] == "tool"))
+        ids = ANY_ORDER_ID.findall(" ".join(m["content"] for m in obs["messages"] if m["role"] == "tool"))
         return self.actions.pop(0).replace(LATEST, ids[-1] if ids else LATEST)
+
+
+class OrdersAndPays(Scripted):
+    """On any delivery task: searches, orders two of the first store's first product, pays and closes, in
+    one judge window (``--agent test_vitabench:OrdersAndPays``)."""
+
+    def __init__(self, env):
+        super().__init__([])
+        self.env, self.episode = env, None
+
+    def act(self, obs):
+        episode = self.env.unwrapped.episode
+        if episode is not self.episode:
+            calls = delivery_calls(episode.task)
+            self.episode, self.actions = episode, [format_tool_call(*calls[i]) for i in (0, 7, 9)] + [STOP]
+        return super().act(obs)
 
 
 def episode_actions(suite, task_id):
@@ -376,6 +399,30 @@ def test_a_malformed_or_unreachable_judge_is_a_clear_error_and_the_episode_is_ke
     assert reward == 0.0 and "127.0.0.1:9" in info["error"] and len(env.unwrapped.episode.messages) == 6
 
 
+def test_a_structured_judge_is_sent_vitabench_reply_format_as_a_json_schema(server, recorded):
+    from envace_gym.envs.vitabench.source import judge_options
+    from envace_gym.rewards import resolve_reward
+
+    url, _ = server
+    FakeChatServer.replies = [{"role": "assistant", "content": _verdict([0, 1, 2, 3, 4])}] * 2
+    judge = resolve_reward(f"vitabench:judge@{url}?timeout=30&structured=1&max_tokens=300")
+    value, parts = judge(recorded)
+    assert value == 1.0 and parts["windows"] == 2 and not FakeChatServer.replies
+    for request in FakeChatServer.requests:
+        assert request["max_tokens"] == 300
+        schema = request["response_format"]["json_schema"]["schema"]
+        assert schema["minItems"] == schema["maxItems"] == len(parts["rubrics"]) == 5
+        assert schema["items"]["properties"]["rubric_idx"]["enum"] == [f"rubric_{i}" for i in range(5)]
+    FakeChatServer.requests = []
+    resolve_reward(f"vitabench:judge@{url}")(recorded)  # VitaBench's own request: no format, no cap
+    assert not any("response_format" in r or "max_tokens" in r for r in FakeChatServer.requests)
+    assert judge_options("m@http://h/v1?timeout=5&structured=1") == ("m@http://h/v1?timeout=5", {"structured": 1})
+    with pytest.raises(ValueError, match="whole number"):
+        judge_options("m@http://h/v1?max_tokens=lots")
+    with pytest.raises(ValueError, match="unknown option 'nope'"):
+        resolve_reward(f"vitabench:judge@{url}?nope=1")
+
+
 HOSTILE_NAMES = ["__init__", "__class__", "_get_store", "use_tool", "get_now", "db", "tools", "x.y"]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -425,3 +472,175 @@ def test_the_scripted_user_answers_a_question_with_the_sentence_it_is_about():
     assert user.reply("What time again?", None).text == "I have no preference for the time."
     assert user.reply("Do you want chopsticks?", None).text == "I have no preference; please go ahead."
     assert user.reply("Your order is placed.", None).text == "Yes, please go ahead."
+
+
+@pytest.mark.slow
+def test_a_judge_served_here_gives_vitabench_a_score(smollm2_server, tmp_path, monkeypatch):
+    """SmolLM2-135M in `vllm serve` judging one delivery episode: through `eval --judge`, VitaBench's free-form
+    prompt, whose replies SmolLM2 writes as prose (a malformed judgement, scored 0, the episode kept); through
+    `run --reward vitabench:...?structured=1`, the verdict list as a JSON schema, which it fills."""
+    replies = []
+    chat = ChatEndpoint.chat
+    monkeypatch.setattr(
+        ChatEndpoint, "chat", lambda self, *a, **kw: replies.append(chat(self, *a, **kw)) or replies[-1]
+    )
+    runner, judge = CliRunner(), f"smollm2@{smollm2_server}?timeout=300&max_retries=0"
+    agent = ["--agent", "test_vitabench:OrdersAndPays", "--max-turns", "6", "--limit", "1"]
+    out = tmp_path / "eval"
+    result = runner.invoke(app, ["eval", *agent, "--suites", DELIVERY, "--judge", judge, "--out", str(out)])
+    assert result.exit_code in (0, 1), result.output  # 1: an episode failed, and the table still came
+    (vita,) = EvalResults.model_validate_json((out / "results.json").read_text()).benchmarks
+    assert vita.name == "VitaBench" and vita.episodes == 1 and vita.score is not None and 0 <= vita.score <= 100
+    (record,) = [json.loads(line) for line in open(vita.records[0])]
+    assert record["reward_source"] == "vitabench" and record["real_calls"] == 3
+    error = record["reward_info"].get("error")
+    assert error == {"code": "malformed_judgement"} or record["reward_info"]["windows"] == 1
+    print(f"VitaBench {vita.score}, SmolLM2's free-form judgement: {replies[-1].content!r}")
+    replies.clear()
+    records = tmp_path / "run.jsonl"
+    spec = f"vitabench:{judge}&structured=1&max_tokens=300"
+    result = runner.invoke(app, ["run", DELIVERY, *agent, "--reward", spec, "--out", str(records)])
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in records.open()]
+    verdicts = json.loads(replies[-1].content)
+    assert [v["rubric_idx"] for v in verdicts] == [f"rubric_{i}" for i in range(len(verdicts))]
+    assert "error" not in record["reward_info"] and record["reward_info"]["windows"] == 1
+    assert record["reward"] in (0.0, 1.0) and 0 <= record["reward_info"]["rubrics_met"] <= 1
+    print(f"reward {record['reward']}, rubrics met {record['reward_info']['rubrics_met']}: {replies[-1].content!r}")
+
+
+USER = "U000001"  # the user of delivery task 10711001, whose world the cross-domain task extends
+HOTEL = {
+    "hotel_id": "H0001",
+    "hotel_name": "West Lake Garden Hotel",
+    "score": 4.6,
+    "star_rating": 4,
+    "location": {"address": "18 Beishan Street, Xihu District, Hangzhou", "longitude": 120.14, "latitude": 30.26},
+    "tags": ["lake view", "free breakfast"],
+    "products": [{"product_id": "R0001", "price": 680.0, "quantity": 2, "date": "2025-06-28", "room_type": "king"}],
+}
+BOOK_AND_PAY = [
+    format_tool_call("hotel_search_recommand", {"city_name": "Hangzhou", "key_words": ["lake view"]}),
+    format_tool_call("create_hotel_order", {"hotel_id": "H0001", "room_id": "R0001", "user_id": USER}),
+    format_tool_call("pay_hotel_order", {"order_id": LATEST}),
+]
+
+
+def new_task(task_id: str, domain: str, environment: dict) -> dict:
+    """A task in VitaBench's task-file format."""
+    rubrics = ["The assistant books a king room at West Lake Garden Hotel for 2025-06-28", "The order is paid"]
+    return {
+        "id": task_id,
+        "domain": domain,
+        "message_history": [],
+        "environment": environment,
+        "user_scenario": {"user_profile": {"user id": USER, "residence": "Hangzhou"}},
+        "instructions": "You want a lake-view room in Hangzhou for the night of 2025-06-28. Pay for it right away.",
+        "evaluation_criteria": {
+            "expected_states": [{"required_orders": [], "optional_orders": [], "state_rubrics": rubrics}],
+            "overall_rubrics": rubrics,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def new_root(tmp_path_factory):
+    """A VitaBench checkout that holds OTA and cross-domain task files: the snapshot's code (linked, not
+    copied) and a task file of each, one task, in VitaBench's format."""
+    root = tmp_path_factory.mktemp("vitabench")
+    (root / "src").symlink_to(Path(os.environ["VITABENCH_ROOT"]).resolve() / "src")
+    world = make(DELIVERY).suite.task("10711001").data.environment
+    tasks = {
+        "ota": new_task("ota-1", "ota", {"time": world["time"], "user_id": USER, "hotels": {"H0001": HOTEL}}),
+        "cross_domain": new_task("cross-1", "delivery,instore,ota", {**world, "hotels": {"H0001": HOTEL}}),
+    }
+    for name, task in tasks.items():
+        (root / "data" / "vita" / "domains" / name).mkdir(parents=True)
+        (root / "data" / "vita" / "domains" / name / "tasks_en.json").write_text(json.dumps([task]))
+    return root
+
+
+@pytest.fixture
+def new_suites(new_root, monkeypatch):
+    """The OTA and cross-domain suites on ``new_root``'s task files: VitaBench's task folder set where it
+    is when ``VITABENCH_ROOT`` names that checkout (this process loaded VitaBench from the snapshot)."""
+    from vita.utils import utils
+
+    from envace_gym.envs.vitabench.suite import VitaSuite
+
+    monkeypatch.setattr(utils, "DOMAIN_DIR", new_root / "data" / "vita" / "domains")
+    return {"ota": VitaSuite("ota"), "cross_domain": VitaSuite("cross_domain")}
+
+
+def test_without_their_task_files_the_ota_and_cross_domain_suites_name_the_missing_file():
+    from envace_gym.envs.vitabench import make_env
+
+    for domain in ("ota", "cross_domain"):
+        with pytest.raises(ImportError, match=rf"has no {domain} tasks: .*/{domain}/tasks_en\.json is missing"):
+            make_env(domain)
+
+
+@pytest.mark.parametrize("dynamics", ["real", "rehearsed"])
+def test_ota_and_cross_domain_tasks_play_where_the_checkout_holds_them(server, new_suites, dynamics):
+    from envace_gym.env import EnvACEEnv
+
+    url, _ = server
+    ota, cross = new_suites["ota"], new_suites["cross_domain"]
+    assert (ota.name, cross.name, ota.task_ids(None), cross.task_ids(None)) == (
+        "vitabench-ota",
+        "vitabench-cross-domain",
+        ["ota-1"],
+        ["cross-1"],
+    )
+    for suite, task_id, extra in (
+        (ota, "ota-1", []),
+        (cross, "cross-1", [format_tool_call(*delivery_calls(cross.task("cross-1"))[7])]),
+    ):
+        FakeChatServer.replies = [{"role": "assistant", "content": RUBRICS_ALL_MET}] * 2  # two windows at most
+        env = EnvACEEnv(suite, dynamics=dynamics, reward=f"vitabench:judge@{url}")
+        reward, info, infos = play(env, Scripted(BOOK_AND_PAY + extra + [STOP]), task_id=task_id)
+        assert reward == 1.0 and info["ended_by"] == "user_stop" and info["reward_info"]["rubrics_met"] == 1.0, info
+        calls = [c for i in infos for c in i["tool_calls"]]
+        assert len(calls) == 3 + len(extra) and {c["source"] for c in calls} == {dynamics}
+        if dynamics == "real":
+            responses = [c.native for c in env.episode.calls]
+            assert "West Lake Garden Hotel" in responses[0] and responses[2] == "Payment successful", responses
+            assert all(c.error is None for c in env.episode.calls)
+    tools = {t["function"]["name"] for t in cross.tools(cross.task("cross-1")).schemas}
+    assert {"create_hotel_order", "create_delivery_order", "instore_book"} <= tools  # the three domains' tools
+
+
+def test_a_cross_domain_fork_has_its_own_merged_world(new_suites):
+    from envace_gym.env import EnvACEEnv
+
+    env = EnvACEEnv(new_suites["cross_domain"], reward=lambda episode: 0.0)
+    env.reset(options={"task_id": "cross-1"})
+    for action in BOOK_AND_PAY[:2]:
+        env.step(action)
+    (order,) = ANY_ORDER_ID.findall(env.episode.calls[-1].native)
+    fork = env.fork()
+    fork.step(format_tool_call("pay_hotel_order", {"order_id": order}))
+    detail = format_tool_call("get_hotel_order_detail", {"order_id": order})
+    fork.step(detail)
+    env.step(detail)
+    assert "status:paid" in fork.episode.calls[-1].native and "status:unpaid" in env.episode.calls[-1].native
+
+
+def test_vitabench_root_with_the_files_gives_the_ota_and_cross_domain_suites(new_root):
+    """VITABENCH_ROOT naming the checkout is all it takes: its code (linked) and its task files are found."""
+    script = (
+        "from envace_gym.envs.vitabench import make_env\n"
+        "for d in ('ota', 'cross_domain'):\n"
+        "    env = make_env(d)\n"
+        "    print(d, env.unwrapped.task_ids, len(env.unwrapped.tools.schemas))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "VITABENCH_ROOT": str(new_root)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0].startswith("ota ['ota-1']")
+    assert done.stdout.splitlines()[1].startswith("cross_domain ['cross-1']")

@@ -7,9 +7,8 @@ tests/test_verl.py; every verl process imports it: ``VERL_USE_EXTERNAL_MODULES=v
   ``verl.workers.rollout.base``): one Ray actor per replica serves generations with transformers
   (:class:`~envace_gym.agents.hf.HFAgent`), token in and token out with log-probs, and takes the
   actor's weights after each update (verl's ``naive`` checkpoint engine);
-- :func:`setup`, the Ray workers' process hook: the envace estimator's :func:`install`, a worker group's
-  gloo process group, and with
-  ``ENVACE_VERL_BATCH`` set, the batch each advantage computation saw and gave, saved there.
+- :func:`setup`, the Ray workers' process hook: the envace estimator's ``install``, a worker group's gloo
+  process group, and with ``ENVACE_VERL_BATCH`` set, the batch each advantage computation saw and gave.
 
 verl's FSDP engine is registered for cuda and npu only; ``VERL_ENGINE_DEVICE=cuda`` (verl's own switch)
 selects it on this platform."""
@@ -222,7 +221,8 @@ def setup() -> None:
     if os.environ.get("WG_BACKEND") == "ray" and not torch.distributed.is_initialized():
         # a worker group's rank: verl would ask torch for "cpu:gloo,cpu:gloo" (utils/distributed.py:89), a
         # backend string torch refuses; its group made here (gloo, verl's rank and rendezvous) is kept
-        torch.distributed.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=size)
     path = os.environ.get("ENVACE_VERL_BATCH")
     if not path or getattr(ray_trainer.compute_advantage, "recorded", False):
         return
@@ -232,7 +232,8 @@ def setup() -> None:
         data = compute(data, *args, **kwargs)
         fields = ("token_level_rewards", "response_mask", "advantages", "responses")
         record = {k: data.batch[k].tolist() for k in fields}
-        record |= {k: [_plain(v) for v in data.non_tensor_batch[k]] for k in ("uid", "envace_roles", "envace_generations")}
+        for k in ("uid", "envace_roles", "envace_generations"):
+            record[k] = [_plain(v) for v in data.non_tensor_batch[k]]
         with open(path, "w") as f:
             json.dump(record, f)
         return data

@@ -18,6 +18,10 @@ def build_app() -> typer.Typer:
     app = typer.Typer(
         add_completion=False,
         no_args_is_help=False,
+        # click's help, not rich's panels: it wraps to the terminal (up to 120 columns; a pipe gets 80) and
+        # never cuts an option's name or default short
+        rich_markup_mode=None,
+        context_settings={"max_content_width": 120},
         help="LLM tool-use tasks as Gymnasium envs with real or rehearsed dynamics.",
     )
     app.command("list")(envs.list_envs)
@@ -30,6 +34,8 @@ def build_app() -> typer.Typer:
     app.command("train")(config_command(training.train, TrainConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))
     app.command("sft")(config_command(training.sft, SFTConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))
     app.command("serve")(envs.serve)
+    for command in app.registered_commands:  # the command list wraps each summary whole (click's cuts it short)
+        command.short_help = " ".join((command.callback.__doc__ or "").split("\n\n")[0].split())
     return app
 
 

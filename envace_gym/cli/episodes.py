@@ -102,8 +102,11 @@ def turn_counter(job: Run, advance) -> Callable[[int, float], None]:
 
 def print_run(job: Run, records: list[dict]) -> None:
     """A run's table (or, over :data:`MAX_ROWS` episodes, its episodes by how they ended), its mean
-    reward, its rehearsal cost; exit code 1 when an episode failed."""
+    reward, its rehearsal cost; exit code 1 when an episode failed. Rows are in the run's episode order,
+    however the episodes finished (``--batch``, ``--workers``)."""
     c = job.config
+    order = {episode: i for i, episode in enumerate(job.episodes)}
+    records = sorted(records, key=lambda r: order.get((r["task_id"], r["seed"]), len(order)))
     settings = (
         f" · private rehearsal N={c.rehearsal_budget} {c.rehearsal_mode} {c.rehearsal_select}"
         f"{f' world model {c.world_model}' if c.world_model else ''}"

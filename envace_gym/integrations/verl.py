@@ -11,7 +11,8 @@
 - :func:`role_advantages` is the project's role-wise baseline (``episode`` or ``row``) over verl's
   batch, registered with verl as the ``envace_rolewise`` advantage estimator. verl hands an estimator
   no per-sample fields, so :func:`install` wraps verl's ``compute_advantage`` to pass the roles; call
-  it in the process that runs the trainer (verl's ``TaskRunner``).
+  it in the process that runs the trainer (verl's ``TaskRunner``), and train with verl's
+  ``RayPPOTrainer`` (``trainer.use_v1=false``: 0.9.1's v1 trainer fetches only the fields it names).
 
 A sample names its episode in ``extra_info`` (:class:`EpisodeSpec`; :func:`dataset_rows` writes
 them). verl is optional: this module imports it, in verl's own environment (``make setup`` builds
@@ -250,7 +251,8 @@ def _estimator(token_level_rewards, response_mask, index=None, config=None, non_
     if missing:
         raise ValueError(
             f"the {ESTIMATOR} estimator needs the envace loop's {' and '.join(missing)}: call "
-            "envace_gym.integrations.verl.install() in the trainer's process, and play with the envace loop"
+            "envace_gym.integrations.verl.install() in the trainer's process, play with the envace loop and "
+            "train with verl's RayPPOTrainer (trainer.use_v1=false: the v1 trainer passes no per-sample fields)"
         )
     if index is None:
         raise ValueError(f"the {ESTIMATOR} estimator needs the batch's group index (verl's uid)")

@@ -18,7 +18,7 @@ def main() -> None:
     parser.add_argument("--split", default=None)
     parser.add_argument("--dynamics", default="real", help="the episodes' dynamics (rehearsed: the policy's own world)")
     parser.add_argument("--max-turns", type=int, default=30)
-    parser.add_argument("--reward", default=None, help="the env's reward (a name, or judge:MODEL@BASE_URL); default: its own")
+    parser.add_argument("--reward", default=None, help="the reward: a name or judge:MODEL@BASE_URL")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

@@ -2,7 +2,8 @@
 # NEEDS GPUS (one 8-GPU node): not run by the tests, and untested on GPUs until it has run on one.
 # The EnvACE paper's recipe in verl 0.9.1 (.venv-verl): Qwen3-8B, lr 1e-6, 16 prompts x 4 episodes,
 # temperature 1.0, clip 0.2, no KL; both roles trained with role-wise baselines (envace_rolewise);
-# rehearsed dynamics for training, the real env for validation.
+# rehearsed dynamics for training, the real env for validation. verl's RayPPOTrainer (use_v1=false): the
+# v1 trainer passes the advantage step none of the loop's per-sample fields (the roles).
 set -euo pipefail
 HERE=$(dirname "$0")
 ENV_ID=${ENV_ID:-EnvACE/tau2-retail-v0}
@@ -34,6 +35,7 @@ python -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.agent.default_agent_loop=envace \
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/agent_loops.yaml" \
     +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=envace_gym.integrations.verl.install \
+    trainer.use_v1=false \
     trainer.n_gpus_per_node="$GPUS" \
     trainer.nnodes=1 \
     "$@"

@@ -23,6 +23,65 @@ def scenario_parts(task: Task) -> tuple[str, str]:
     return instructions.reason_for_call or "", instructions.known_info or ""
 
 
+# what tau2's scenario tells its simulator about the agent or how to behave, which no user says aloud
+META = re.compile(r"\b(agent|reveal|mention|make sure|insist|upfront|when asked|respond)", re.I)
+ASIDE = r"\s*\([^()]*\b(?:agent|reveal|mention)[^()]*\)"
+META_ASIDE = re.compile(rf"(?<=[.!?]){ASIDE}\.?|{ASIDE}", re.I)  # after a sentence's end, its own end goes too
+SECOND_PERSON = re.compile(
+    r"\b(you(?:'re|\s+are|\s+aren't|\s+were|\s+weren't|'ve|'d|'ll|(?=\s+(?:name|mobile|reservation)\b))?"
+    r"|yours(?:elf)?|your)\b",
+    re.I,
+)
+FIRST_PERSON = {
+    "you're": "I'm",
+    "you are": "I am",
+    "you aren't": "I'm not",
+    "you were": "I was",
+    "you weren't": "I wasn't",
+    "you've": "I've",
+    "you'd": "I'd",
+    "you'll": "I'll",
+    "yourself": "myself",
+    "yours": "mine",
+    "your": "my",
+}
+# a "you" after one of these is an object: "me"; elsewhere a subject: "I"
+OBJECT_AFTER = frozenset(
+    "to for with at on about from of by than into let lets help helps helped tell tells told give gives gave ask asks "
+    "asked allow allows allowed save saves saved upgrade upgrades show shows showed send sends sent thank call calls "
+    "called cause causes caused provide provides provided offer offers offered charge charges charged".split()
+)
+
+
+def first_person(text: str) -> str:
+    """tau2's words to its user simulator, in the second person, as the user says them.
+
+    >>> first_person("You are Mei. Your order came, and the store allows you to return what you've got.")
+    "I am Mei. My order came, and the store allows me to return what I've got."
+    """
+
+    def swap(m: re.Match) -> str:
+        said = " ".join(m[0].lower().split())
+        if said == "you" and re.match(r"\s+(name|mobile|reservation)\b", text[m.end() :], re.I):
+            said = "my"  # tau2's own typo: "You name is ..."
+        elif said == "you":
+            before = re.search(r"(\w+)\W*$", text[: m.start()])
+            said = "me" if before and before[1].lower() in OBJECT_AFTER else "I"
+        else:
+            said = FIRST_PERSON[said]
+        return said[0].upper() + said[1:] if m[0][0].isupper() else said
+
+    return SECOND_PERSON.sub(swap, text)
+
+
+def spoken(text: str) -> str:
+    """What a user says of tau2's scenario text: its sentences in the first person, those about the agent or how
+    to behave left out (the first one kept if that leaves none)."""
+    sentences = [s.lstrip(". ") for s in re.split(r"(?<=[.!?])\s+", " ".join(META_ASIDE.sub("", text).split()))]
+    sentences = [s for s in sentences if s]
+    return first_person(" ".join([s for s in sentences if not META.search(s)] or sentences[:1]))
+
+
 USER_STOP, USER_TRANSFER, USER_OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 GUIDELINES_DIR = DATA_DIR / "tau2" / "user_simulator"
 CONFIRM_RE = re.compile(r"\b(confirm|proceed|go ahead|would you like|shall i|do you want|yes or no|\(yes\))\b", re.I)
@@ -50,7 +109,8 @@ def _run_user_call(world: World, call_id: str, name: str, arguments: dict) -> Ca
 class ScriptedUser(User):
     """A deterministic user built from the task's scenario.
 
-    It opens with the reason for the call and the known info, answers identity
+    It opens with the reason for the call and the known info, in the first person (:func:`spoken`: tau2 writes
+    them to its simulator, "You want to ..."), answers identity
     questions with the known info and confirmation questions with yes, performs
     the task's user-side actions (telecom) when the agent names them (at most
     ``max_calls_per_message`` of them per message, found in one pass), and ends
@@ -61,7 +121,7 @@ class ScriptedUser(User):
     """
 
     def __init__(self, suite, task: Task, max_turns: int = 30, max_calls_per_message: int = 8, max_idle: int = 5):
-        self.reason, self.known = scenario_parts(task)
+        self.reason, self.known = map(spoken, scenario_parts(task))  # in the first person, as a user speaks
         self.tools = suite.user_toolset
         self.pending = [c for c in suite.grader.gold_calls(task) if c["requestor"] == "user"]
         self.max_turns, self.turns = max_turns, 0

@@ -6,7 +6,10 @@ from window to window, its lenient parse of the judge's per-rubric list (``json_
 and reward 1 only when every rubric is met. Only the model call is envace-gym's: in a
 thread where a :class:`VitaBenchReward` is judging, the evaluator's ``generate`` sends its
 messages to the judge's :class:`~envace_gym.openai_client.ChatEndpoint`, and its progress prints
-are kept quiet; everywhere else VitaBench's evaluator runs as it always does.
+are kept quiet; everywhere else VitaBench's evaluator runs as it always does. With ``structured=1``
+the request also carries the reply's format, VitaBench's per-rubric list, as a JSON schema
+(``response_format``), which a server with structured outputs (vLLM's) holds the judge to: a small
+judge then replies with verdicts it would otherwise not write.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import builtins
 import threading
 
-from envace_gym.envs.vitabench.source import LANGUAGE, load
+from envace_gym.envs.vitabench.source import LANGUAGE, judge_options, load
 from envace_gym.episode import Episode
 from envace_gym.errors import ErrorCode
 from envace_gym.openai_client import ChatEndpoint
@@ -54,6 +57,23 @@ def _print(*args, **kwargs):
 evaluator_traj.generate, evaluator_traj.print = _generate, _print
 
 
+def verdict_format(keys: list[str]) -> dict:
+    """The reply VitaBench's prompt asks for, a verdict for each rubric (``keys``: VitaBench's ``rubric_N``),
+    as a ``response_format``."""
+    verdict = {
+        "type": "object",
+        "properties": {
+            "rubric_idx": {"enum": keys},
+            "justification": {"type": "string"},
+            "meetExpectation": {"type": "boolean"},
+        },
+        "required": ["rubric_idx", "justification", "meetExpectation"],
+        "additionalProperties": False,
+    }
+    schema = {"type": "array", "items": verdict, "minItems": len(keys), "maxItems": len(keys)}
+    return {"type": "json_schema", "json_schema": {"name": "rubric_verdicts", "schema": schema}}
+
+
 def vita_trajectory(episode: Episode) -> list:
     """The episode (after its system prompt) as VitaBench's messages; a tool message carries
     VitaBench's own result text where the world answered, else the episode's content."""
@@ -83,7 +103,8 @@ def vita_trajectory(episode: Episode) -> list:
 
 class VitaBenchReward:
     """VitaBench's rubric judge on any OpenAI-compatible server (``reward="vitabench:MODEL@BASE_URL"``,
-    with the ``timeout``, ``max_retries`` and ``max_reply_bytes`` options of a ``judge:`` spec).
+    with the ``timeout``, ``max_retries`` and ``max_reply_bytes`` options of a ``judge:`` spec, and
+    ``max_tokens`` and ``structured``: ``vitabench:MODEL@BASE_URL?structured=1&max_tokens=512``).
 
     ``reward_info`` holds each rubric's verdict, the share met (``rubrics_met``), the number of
     windows and the model. A reply that is not a list of verdicts gives 0 with a
@@ -100,20 +121,24 @@ class VitaBenchReward:
         api_key: str = "EMPTY",
         temperature: float = 0.0,
         max_tokens: int | None = None,
+        structured: bool = False,
         **endpoint,
     ):
         self.endpoint = ChatEndpoint(base_url, model, api_key, **endpoint)
         self.sampling = {"temperature": temperature, **({"max_tokens": max_tokens} if max_tokens else {})}
+        self.structured = bool(structured)
 
     @classmethod
     def from_spec(cls, spec: str) -> VitaBenchReward:
+        spec, own = judge_options(spec)
         model, base_url, options = parse_spec(spec, "vitabench:")
-        return cls(model, base_url, **options)
+        return cls(model, base_url, **options, **own)
 
     def ask(self, messages: list) -> AssistantMessage:
         """One window's judgement (VitaBench's evaluator calls it as its ``generate``)."""
         _local.windows += 1
-        text = self.endpoint.chat(format_messages(messages), **self.sampling).content or ""
+        extra = {"response_format": _local.format} if _local.format else {}
+        text = self.endpoint.chat(format_messages(messages), **self.sampling, **extra).content or ""
         try:
             verdicts = evaluator_extracter(text)
         except ValueError:
@@ -123,7 +148,9 @@ class VitaBenchReward:
         return AssistantMessage(role="assistant", content=text)
 
     def __call__(self, episode: Episode) -> tuple[float, dict]:
-        _local.judge, _local.windows = self, 0
+        criteria = episode.task.data.evaluation_criteria
+        keys = list(TrajectoryEvaluator._initialize_rubric_states(criteria)) if self.structured and criteria else []
+        _local.judge, _local.windows, _local.format = self, 0, verdict_format(keys) if keys else None
         try:
             result = TrajectoryEvaluator.calculate_reward(
                 task=episode.task.data,

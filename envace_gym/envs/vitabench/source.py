@@ -2,7 +2,9 @@
 
 VitaBench is not on the package index. Its ``vita`` package is imported from the
 checkout as it is; nothing of it is copied here. Importing it prints its model list
-and logs a warning about a missing ``.env`` file; both are kept quiet.
+and logs a warning about a missing ``.env`` file; both are kept quiet. The options of a
+``vitabench:`` judge spec are read here too, where nothing of VitaBench is imported, so a spec can
+be checked before any suite loads.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ LANGUAGE = "english"  # the checkout's task files read here are the English ones
 DOMAINS = ("delivery", "instore", "ota")  # VitaBench's domains, each a module of tools and an environment
 CROSS_DOMAIN = "cross_domain"  # its task set across the three, played in their merged environment
 TASK_SETS = (*DOMAINS, CROSS_DOMAIN)
+
+#: The options of a ``vitabench:`` judge spec besides a ``MODEL@BASE_URL`` spec's (``timeout`` ...), whole
+#: numbers: a cap on each reply's tokens, and ``structured=1``, VitaBench's verdict list sent as a JSON schema
+#: for the server to hold the judge to (vLLM's structured outputs).
+JUDGE_OPTIONS = ("max_tokens", "structured")
 
 
 def root() -> Path:
@@ -54,3 +61,18 @@ def load() -> None:
     from envace_gym.envs.vitabench.isolation import install
 
     install()
+
+
+def judge_options(spec: str) -> tuple[str, dict]:
+    """``spec`` without the :data:`JUDGE_OPTIONS` in its query (what is left parses as any spec), and them."""
+    head, _, query = spec.partition("?")
+    own, rest = {}, []
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        if key not in JUDGE_OPTIONS:
+            rest.append(pair)
+        elif not value.isdigit():
+            raise ValueError(f"option {key} in {spec!r} needs a whole number, got {value!r}")
+        else:
+            own[key] = int(value)
+    return head + (f"?{'&'.join(rest)}" if rest else ""), own
