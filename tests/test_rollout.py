@@ -173,3 +173,21 @@ def test_world_rows_hold_the_real_responses_where_rehearsals_go(tiny):
         assert tok.decode(world.ids[: spans[0][0]]) == tok.decode(conversation.ids[:first])
     rehearsed = [gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=2)]
     assert len(collect(agent, rehearsed, ["5"], group_size=1, world_targets=True)) == 1  # no real call: no world row
+
+
+def test_a_rehearsal_the_world_overrode_leaves_the_row_for_the_worlds_answer(tiny):
+    """Shadow dynamics: the policy rehearses, the world answers. The sequence goes on from the world's
+    answer (what the episode holds), not from the random model's rehearsal."""
+    agent = Recorder(agents.load(f"hf:{tiny}", max_new_tokens=12, temperature=1.0, seed=3))
+    env = gym.make("EnvACE/tau2-retail-v0", dynamics="shadow", max_turns=2)
+    (row,) = collect(agent, [env], ["5"], group_size=1, seed=0)
+    episode = env.unwrapped.episode
+    real = [c for c in episode.calls if c.source == "real" and c.rehearsed != c.content]
+    assert real, "the random model's rehearsal matched the world"
+    text = agent.tokenizer.decode(row.ids)
+    assert all(json.loads(c.content)["order_id"] == "#W2378156" and c.content in text for c in real)
+    assert row.generations == {"act": 2, "rehearse": 0} and ROLE_IDS["rehearse"] not in row.roles
+    assert all(c.rehearsed not in text for c in real)
+    # the act turn after a call was sampled from a prompt that holds the world's answer
+    later = [p for p, g in agent.calls if len(p) > len(agent.calls[0][0])]
+    assert later and any(real[0].content in agent.tokenizer.decode(p) for p in later)

@@ -9,6 +9,11 @@ With prompted rehearsal (the EnvACE paper's layout) every rehearse generation is
 a row of its own, its simulator prompt as context; the episode's conversation
 row holds the act tokens and sees the rehearsed responses as context.
 
+Where the world answers a call the policy rehearsed (``shadow`` dynamics, the shadow calls of
+``adaptive``), the sequence holds what the episode holds: the world's answer, as context. The rehearsal
+leaves the row unless it is that answer word for word, so no later token is sampled from, or credited
+to, a response the episode never saw.
+
 With ``world_targets`` every episode that ran real tool calls gets one more row: its
 conversation with the real responses written where an inline rehearsal would write
 them, tagged ``world`` (the targets of the world-model loss), the rest context.
@@ -39,7 +44,7 @@ class Rollout:
     reward: float = 0.0
     info: dict = field(default_factory=dict)
     _text: str = ""  # the rendered prompt text that ``ids`` stands for
-    _closing: str | None = None  # how the last generation ended (eos or a stop string)
+    _closing: str | None = None  # how the last generation ended (eos or a stop string); "": nothing follows _text
 
     def extend(self, ids: list[int], role: str, logprobs: list[float] | None = None) -> None:
         self.ids += ids
@@ -56,6 +61,8 @@ def _context_delta(rollout: Rollout, prompt: str, eos: str) -> str:
     """
     if not rollout._text:
         return prompt
+    if rollout._closing == "":  # the last generation left the row: the rendered text goes on where _text ends
+        return prompt[len(rollout._text) :]
     if not prompt.startswith(rollout._text):
         raise ValueError("the chat template does not render conversations prefix-stably")
     closing = rollout._closing or eos
@@ -63,6 +70,12 @@ def _context_delta(rollout: Rollout, prompt: str, eos: str) -> str:
     if at < 0:
         raise ValueError(f"the rendered prompt does not close the last generation with {closing!r}")
     return prompt[at + len(closing) :] if rollout._closing else prompt[at:]
+
+
+def answered_otherwise(call_id: str, info: dict) -> bool:
+    """Whether the world answered the call just rehearsed, and with other content than the rehearsal."""
+    calls = info.get("tool_calls", ())
+    return any(c["id"] == call_id and "rehearsed" in c and c["real"] != c["rehearsed"] for c in calls)
 
 
 def reset_all(envs, requests: list[tuple[int, dict]]) -> list[tuple[dict, dict]]:
@@ -173,6 +186,12 @@ def collect(
             closing = stop if stop else tok.eos_token
             row._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
             obs, reward, terminated, truncated, info = step
+            call = observations[i].get("tool_call")
+            if row is rollouts[i] and role == "rehearse" and answered_otherwise(call["id"], info):
+                kept = len(row.ids) - len(gen.completion_ids)
+                del row.ids[kept:], row.roles[kept:], row.logprobs[kept:]
+                row.generations["rehearse"] -= 1
+                row._closing = ""
             observations[i] = obs
             real = [c for c in info.get("tool_calls", ()) if c["source"] == "real"]
             real_ids[i] |= {c["id"] for c in real}
