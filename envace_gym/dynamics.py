@@ -38,7 +38,7 @@ class Dynamics:
         return self.answers in ("policy", "either", "router") or self.shadow
 
 
-# by name, in the order the names are listed to users
+#: Every dynamics by name, in the order the names are listed to users.
 DYNAMICS: dict[str, Dynamics] = {
     d.name: d
     for d in (

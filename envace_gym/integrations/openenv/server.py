@@ -7,7 +7,7 @@ protocol is the contract; ``tests/test_openenv.py`` checks it with OpenEnv's own
 Routes: ``/ws`` (the stateful path: ``reset``, ``step``, ``state``, ``mcp`` and ``close``
 messages), ``GET /health``, ``/metadata``, ``/schema``, ``/capacity``, ``POST /mcp``
 (JSON-RPC ``tools/list``) and, beyond OpenEnv's routes, ``GET /tasks``
-(:class:`~envace_gym.integrations.openenv.client.ServedTasks`). An observation's fields are ``role``,
+(:class:`~envace_gym.integrations.openenv.replies.ServedTasks`). An observation's fields are ``role``,
 ``messages``, ``tools`` and ``tool_call`` as in-process, ``terminated`` and ``truncated``, and ``info``
 (the step's ``info`` dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` are OpenEnv's.
 
