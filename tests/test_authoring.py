@@ -129,7 +129,7 @@ def test_actions_share_gives_partial_credit():
         env.step('{"total": 1}')
         _, r, *_, info = env.step("Done.")
         assert r == expected and info["reward_source"] == reward
-    assert info["reward_info"]["action_checks"][1] == {"action": "add", "arguments": {"n": 2}, "met": False}
+    assert info["reward_info"]["action_checks"][1] == {"action": "add", "met": False}  # no gold arguments
 
 
 def _run(*args):

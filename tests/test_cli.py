@@ -580,12 +580,12 @@ def test_a_rehearsed_mcp_runs_note_names_its_reward_and_a_given_reward_needs_non
     from envace_gym.runs import Run, RunConfig
 
     examples = Path(__file__).parents[1] / "examples"
-    (tmp_path / "plain_bank.py").write_text(
+    (tmp_path / "noted_bank.py").write_text(
         f"import sys\nsys.path.insert(0, {str(examples)!r})\nfrom functools import partial\n"
         "import gymnasium as gym\nfrom mcp_register import SERVER, TASKS\nfrom envace_gym.envs.mcp import make_env\n"
-        "gym.register('Bank/plain-v0', entry_point=partial(make_env, SERVER, TASKS), disable_env_checker=True)\n"
+        "gym.register('Bank/noted-v0', entry_point=partial(make_env, SERVER, TASKS), disable_env_checker=True)\n"
     )
-    plain = str(tmp_path / "plain_bank.py") + ":Bank/plain-v0"
+    plain = str(tmp_path / "noted_bank.py") + ":Bank/noted-v0"
     notes = {}
     for reward in (None, "tool_f1"):
         job = Run(RunConfig(plain, dynamics="rehearsed", reward=reward, out=str(tmp_path / f"{reward}.jsonl")))

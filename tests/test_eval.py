@@ -15,7 +15,7 @@ from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.cli import app
 from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation, markdown
-from envace_gym.evaluation.benchmarks import bfcl_category, bfcl_score
+from envace_gym.evaluation.benchmarks import BFCL_IDS, bfcl_category, bfcl_score
 from envace_gym.runner import run_episode
 
 runner = CliRunner()
@@ -161,7 +161,7 @@ def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_mo
     assert "vllm:smollm2 (measured, tau2 with the scripted user)" in result.output
     results = EvalResults.model_validate_json((out / "results.json").read_text())
     scores = {b.name: b for b in results.benchmarks}
-    assert scores["BFCL v4"].episodes == 15 and scores["tau2"].episodes == 3
+    assert scores["BFCL v4"].episodes == len(BFCL_IDS) and scores["tau2"].episodes == 3
     for name in ("BFCL v4", "tau2"):
         assert 0 <= scores[name].score <= 100
     assert scores["VitaBench"].score is None and all("judge" in why for why in scores["VitaBench"].skipped.values())
