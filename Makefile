@@ -72,12 +72,13 @@ run: $(BASE)  ## the oracle on EnvACE/tau2-retail-v0 (test split, real dynamics)
 	$(VENV)/bin/envace-gym run --overwrite
 
 # lint, format and type checks (settings in pyproject.toml), the docs build, then every test
+# two workers (pytest-xdist): the tests that start vLLM engines all on one of them (see tests/conftest.py)
 test: lint typecheck docs  ## lint, types, the docs build and every test
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup
 
 # the developer loop: the checks, then the tests not marked slow (about 5 minutes on a quiet machine)
 test-fast: lint typecheck  ## lint, types and the tests not marked slow
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup
 
 lint: setup  ## ruff check and ruff format --check
 	$(VENV)/bin/ruff check .

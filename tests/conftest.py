@@ -16,7 +16,14 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
+    """Every test that starts a vLLM engine (marked ``vllm``, or using the served SmolLM2) runs on one worker
+    under ``pytest -n``, so that no two engines share the machine's memory at once. Without a VitaBench
+    checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
+    for item in items:
+        if "smollm2_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vllm)
+        if item.get_closest_marker("vllm"):
+            item.add_marker(pytest.mark.xdist_group("vllm"))
     if os.path.isfile(os.path.join(os.environ["VITABENCH_ROOT"], "src", "vita", "__init__.py")):
         return
     skip = pytest.mark.skip(reason=f"no VitaBench checkout at VITABENCH_ROOT={os.environ['VITABENCH_ROOT']}")

@@ -144,6 +144,7 @@ def test_a_finmcp_file_is_a_benchmark_of_its_own(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_model(tmp_path, monkeypatch):
     """A real pretrained model end to end: SmolLM2-135M-Instruct in vLLM's CPU engine, one task of each
     paper benchmark at one turn, and the world-model table; its numbers are whatever they are."""

@@ -22,7 +22,7 @@ from envace_gym.agents.vllm import INSTALL_HINT
 from envace_gym.openai_client import ModelServerError
 from envace_gym.rewards import JudgeReward
 
-pytestmark = pytest.mark.slow  # engines and process groups: minutes
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]  # engines and process groups: minutes
 
 try:
     import vllm  # noqa: F401
