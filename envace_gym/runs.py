@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envace_gym import agents
+from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
 from envace_gym.agents.hf import play_settings
 from envace_gym.dynamics import DYNAMICS
@@ -307,7 +307,7 @@ def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwa
     if task_ids:
         ids = given_ids(task_ids)
         if any(".." in t for t in ids):
-            ids = expand_ranges(ids, gym.make(env_id, split=split).unwrapped.task_ids)
+            ids = expand_ranges(ids, registration.suite(env_id, split if split is not None else "default").task_ids)
         kwargs["task_ids"] = ids
     return kwargs
 

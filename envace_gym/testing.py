@@ -26,7 +26,7 @@ def _corpus(env_id: str | None) -> list[str]:
             renderer.apply_chat_template(e["messages"], tools=e["tools"], tokenize=False)
             for e in gold_episodes(env_id, "train", 100)
         ]
-    from envace_gym.envs.tau2 import get_suite
+    from envace_gym.suites.tau2 import get_suite
 
     suite = get_suite("retail")
     task = suite.task(suite.task_ids("base")[0])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from envace_gym import agents
+from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
 from envace_gym.compare import compare_calls
 from envace_gym.evaluation.benchmarks import KNOWN, PAPER, Benchmark, absent_category, domain_name, own_benchmark
@@ -80,10 +80,8 @@ def benchmarks(suites: list[str]) -> list[Benchmark]:
         if name.endswith((".json", ".jsonl")):
             if not Path(name).is_file():
                 raise ValueError(f"no FinMCP-Bench file at {name!r}")
-            from envace_gym.envs.mcp import register_finmcp
-
             file = Path(name).resolve()
-            name = register_finmcp(file, distinct=stems[file.stem] > 1)
+            name = registration.register_finmcp(file, distinct=stems[file.stem] > 1)
         elif name != "paper" and resolve_env(name) not in gym.registry:
             raise ValueError(f"unknown suite {name!r}: give paper, a registered env id (envace-gym list) or a file")
         for b in KNOWN if name == "paper" else [next((b for b in KNOWN if name in b.env_ids), None)]:
@@ -347,8 +345,7 @@ class Evaluation:
 def task_count(env_id: str, split: str | None) -> int | None:
     """How many tasks an env that was not run has in ``split`` (None where it cannot be made here)."""
     try:
-        with closing(gym.make(env_id, **({"split": split} if split else {}))) as env:
-            return len(env.unwrapped.task_ids)
+        return len(registration.suite(env_id, split or "default").task_ids)
     except Exception:  # its data or its code may be absent here: the count is unknown, not an error
         return None
 

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envace_gym import agents
+from envace_gym import agents, registration
 from envace_gym.compare import compare_calls
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.routing import FidelityRouter
@@ -71,9 +71,8 @@ class Trainer:
         self.engine = None if self.policy.generates else self.policy.agent  # gets the weights of every update
         reward = config.reward
         if reward is None:  # partial credit where the suite can give it: an all-or-nothing reward rarely varies
-            probe = gym.make(config.env_id, split=config.split, dynamics=config.dynamics, **config.env_kwargs)
-            suite = probe.unwrapped.suite
-            gold = all(suite.has_gold(suite.task(t)) for t in probe.unwrapped.task_ids)
+            suite, _, task_ids = registration.suite(config.env_id, config.split)
+            gold = all(suite.has_gold(suite.task(t)) for t in config.env_kwargs.get("task_ids") or task_ids)
             reward = "strict_progress" if gold else None
         self.reward = reward
         make = dict(
@@ -93,7 +92,7 @@ class Trainer:
             self.envs = EnvPool(
                 config.env_id, n_envs, config.rollout_workers, dict(split=config.split, **make), config.ray_address
             )
-            self.task_ids = gym.make(config.env_id, split=config.split, **make).unwrapped.task_ids
+            self.task_ids = make.get("task_ids") or registration.suite(config.env_id, config.split).task_ids
         else:
             routed = {"router": self.router} if self.router else {}
             self.envs = [gym.make(config.env_id, split=config.split, **make, **routed) for _ in range(n_envs)]

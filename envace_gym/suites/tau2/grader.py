@@ -8,21 +8,21 @@ from typing import TYPE_CHECKING, Any
 from tau2.data_model.message import ToolCall as Tau2ToolCall
 from tau2.data_model.tasks import RewardType
 
-from envace_gym.envs.tau2.users import scenario_parts
 from envace_gym.episode import Episode, Task
 from envace_gym.grader import Grader, unmet_arguments
 from envace_gym.messages import format_tool_call
 from envace_gym.state import model_diff
+from envace_gym.suites.tau2.users import scenario_parts
 
 if TYPE_CHECKING:
-    from envace_gym.envs.tau2.suite import Tau2Suite, Tau2World
+    from envace_gym.suites.tau2.suite import Tau2Suite, Tau2World
 
 AGENT_STOP = "###STOP###"
 
 
 class Tau2Grader(Grader):
     """Scores a tau2 domain's episodes as tau2 does, against the task's evaluation criteria
-    (:meth:`~envace_gym.envs.tau2.suite.Tau2Suite.gold_actions` and its gold world)."""
+    (:meth:`~envace_gym.suites.tau2.suite.Tau2Suite.gold_actions` and its gold world)."""
 
     suite: Tau2Suite
 

@@ -30,14 +30,14 @@ from bfcl_eval.constants.default_prompts import (
 )
 
 from envace_gym.bounded import DumpedJSON, Response
-from envace_gym.envs.bfcl import categories, source
-from envace_gym.envs.bfcl.schemas import openai_schema
 from envace_gym.episode import CallRecord, Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
 from envace_gym.state import deep_copy
 from envace_gym.suite import Suite, User, UserReply, World
+from envace_gym.suites.bfcl import categories, source
+from envace_gym.suites.bfcl.schemas import openai_schema
 from envace_gym.tools import ToolSet
 
 MAX_STEPS_PER_TURN = MAXIMUM_STEP_LIMIT  # bfcl-eval's limit of tool-calling steps in one user turn
@@ -201,7 +201,9 @@ def _small(value: Any, key: str = "") -> bool:
 
 
 class MultiTurnSuite(Suite):
-    """One multi-turn category. Build it with :func:`envace_gym.envs.bfcl.get_suite`."""
+    """One multi-turn category. Build it with :func:`envace_gym.suites.bfcl.get_suite`."""
+
+    max_steps_per_turn = MAX_STEPS_PER_TURN
 
     def __reduce__(self):  # pickled by reference: the process-wide suite of its category
         return category_suite, (self.category,)

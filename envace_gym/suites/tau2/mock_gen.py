@@ -19,9 +19,8 @@ from itertools import count
 
 from tau2.data_model.tasks import Task as Tau2Task
 
-from envace_gym.env import EnvACEEnv
-from envace_gym.envs.tau2.suite import Tau2Suite
 from envace_gym.episode import Task
+from envace_gym.suites.tau2.suite import Tau2Suite
 
 SIZES = {"train": 5000, "test": 200}
 # An estimate of a task's own turns in SmolLM2 tokens stays under BUDGET, so that whole episodes
@@ -412,11 +411,6 @@ class MockGenSuite(Tau2Suite):
 
 
 @cache
-def get_gen_suite(seed: int = 0) -> MockGenSuite:
+def get_gen_suite(task_seed: int = 0) -> MockGenSuite:
     """The process-wide generated suite of one seed."""
-    return MockGenSuite(seed)
-
-
-def make_env(split: str | None = "test", task_seed: int = 0, **kwargs) -> EnvACEEnv:
-    """The env of ``EnvACE/tau2-mock-gen-v0``; ``task_seed`` picks another generated task set."""
-    return EnvACEEnv(get_gen_suite(task_seed), split=split, **kwargs)
+    return MockGenSuite(task_seed)

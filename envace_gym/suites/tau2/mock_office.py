@@ -1,7 +1,7 @@
 """``EnvACE/tau2-mock-office-v0``: one office, many requests, a world a policy can learn.
 
 The tools, database model, policy and evaluator are tau2's mock domain's, and the
-instructions are mock-gen's families (:mod:`envace_gym.envs.tau2.mock_gen`), but every
+instructions are mock-gen's families (:mod:`envace_gym.suites.tau2.mock_gen`), but every
 task of every split starts from the same database, drawn once from :data:`OFFICE_SEED`
 (:data:`USERS` users, :data:`TASKS` tasks). Every real response is then a function of
 that database and the episode's earlier calls, which a rehearse role can internalize;
@@ -20,10 +20,9 @@ import random
 from functools import cache
 from itertools import count
 
-from envace_gym.env import EnvACEEnv
-from envace_gym.envs.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
-from envace_gym.envs.tau2.suite import Tau2World
 from envace_gym.episode import Task
+from envace_gym.suites.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
+from envace_gym.suites.tau2.suite import Tau2World
 
 OFFICE_SEED = 2026  #: The seed the office's users and tasks are generated from.
 USERS = 8  #: Users in the office.
@@ -118,8 +117,3 @@ class OfficeSuite(MockGenSuite):
 def get_office_suite() -> OfficeSuite:
     """The process-wide office suite."""
     return OfficeSuite()
-
-
-def make_env(split: str | None = "test", **kwargs) -> EnvACEEnv:
-    """The env of ``EnvACE/tau2-mock-office-v0``."""
-    return EnvACEEnv(get_office_suite(), split=split, **kwargs)
