@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
 
 
 class SelfRehearsal(gym.Wrapper):
-    """Answers every rehearse turn with ``agent`` inside ``step``, so the caller sees only act turns.
+    """Deprecated: ``gym.make(id, dynamics="simulated", simulator=agent)`` is the same world, the agent
+    answering every call inside ``step`` (its calls' source is ``simulated``).
 
-    With the acting agent itself as ``agent``, a plain agent is evaluated in its own
-    rehearsed world; ``info["tool_calls"]`` gathers the calls of the inner steps.
+    Answers every rehearse turn with ``agent`` inside ``step``, so the caller sees only act turns;
+    ``info["tool_calls"]`` gathers the calls of the inner steps.
     """
 
     def __init__(self, env: gym.Env, agent: Any):
+        warnings.warn(
+            "SelfRehearsal is deprecated: make the env with dynamics='simulated', simulator=agent",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         super().__init__(env)
         self.agent = agent
 
