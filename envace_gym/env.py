@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import json
 from collections import deque
-from typing import Any
+from typing import Any, Self
 
 import gymnasium as gym
 
@@ -58,6 +58,8 @@ class EnvACEEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    observation_space: ObservationSpace
+    action_space: ActionSpace
 
     def __init__(
         self,
@@ -247,7 +249,7 @@ class EnvACEEnv(gym.Env):
         """``render_mode="ansi"``: the episode's transcript, a line a message."""
         return transcript(self.episode.messages) if self.render_mode == "ansi" and self.episode else None
 
-    def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> EnvACEEnv:
+    def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> Self:
         """A new env holding a copy of this episode that shares no mutable state with it.
 
         ``dynamics`` answers the clone's calls from now on (pending ones included), and

@@ -42,7 +42,7 @@ def make_registered(entry_point: str | Callable, **kwargs):
         kwargs["simulator"] = partial(_load_agent, name)
     if isinstance(entry_point, str):
         module, _, attribute = entry_point.partition(":")
-        entry_point = getattr(importlib.import_module(module), attribute)
+        return getattr(importlib.import_module(module), attribute)(**kwargs)
     return entry_point(**kwargs)
 
 

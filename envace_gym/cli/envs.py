@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import gymnasium as gym
 import typer
@@ -14,6 +14,7 @@ from envace_gym.cli.options import ENV_ARG, ENV_OPT, SPLIT, TASK_IDS, given_env
 from envace_gym.cli.output import console, styled, user_errors
 from envace_gym.registration import resolve_env
 from envace_gym.runs import env_kwargs, user_option
+from envace_gym.wrappers import unwrap
 
 
 def list_envs(
@@ -48,10 +49,10 @@ def list_tasks(
     """List an env's task ids (default split, or --split; 'all': every task) with a one-line summary."""
     with user_errors():
         env_id = resolve_env(given_env(env_id, env))
-        inner = gym.make(env_id).unwrapped
+        inner = unwrap(gym.make(env_id))
         suite = inner.suite
         ids = inner.task_ids if split is None else suite.task_ids(None if split == "all" else split)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for task_id in ids:
             task = suite.task(task_id)
             rows.append(
@@ -76,7 +77,7 @@ def describe(env_id: str) -> dict:
     """An id's suite, task count, default split and task count per split; for an id whose suite
     cannot load here (VitaBench without ``VITABENCH_ROOT``), why not."""
     try:
-        env = gym.make(env_id).unwrapped
+        env = unwrap(gym.make(env_id))
     except ImportError as e:
         return {"id": env_id, "suite": None, "tasks": None, "default_split": None, "splits": {}, "unavailable": str(e)}
     suite = env.suite

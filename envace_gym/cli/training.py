@@ -15,6 +15,7 @@ from envace_gym.cli.options import ALL_IS_NONE, COMMAS, DEFAULT_ENV, Given, conf
 from envace_gym.cli.output import console, progress, styled, user_errors
 from envace_gym.registration import resolve_env
 from envace_gym.training.config import ROLES, SFTConfig, TrainConfig
+from envace_gym.wrappers import unwrap
 
 # the config fields that the command line gives otherwise than as themselves
 TRAINING_FIELDS = {
@@ -31,7 +32,7 @@ RESUME = param(
 
 def check_split(env_id: str, *splits: str | None) -> None:
     """Refuse, naming the suite's splits, a split that ``env_id``'s suite does not have."""
-    suite = gym.make(env_id).unwrapped.suite
+    suite = unwrap(gym.make(env_id)).suite
     for split in splits:
         if split is not None and split not in suite.splits():
             raise ValueError(
