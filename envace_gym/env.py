@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import json
 from collections import deque
-from typing import Any
+from typing import Any, Self
 
 import gymnasium as gym
 
@@ -60,6 +60,8 @@ class EnvACEEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    observation_space: ObservationSpace
+    action_space: ActionSpace
 
     def __init__(
         self,
@@ -252,7 +254,7 @@ class EnvACEEnv(gym.Env):
         """``render_mode="ansi"``: the episode's transcript, a line a message."""
         return transcript(self.episode.messages) if self.render_mode == "ansi" and self.episode else None
 
-    def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> EnvACEEnv:
+    def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> Self:
         """A new env holding a copy of this episode that shares no mutable state with it. ``dynamics``
         answers the clone's calls from now on (pending ones included), and ``reward`` scores it (default:
         this env's reward, else the dynamics' default). It does not own the suite."""
@@ -481,9 +483,9 @@ class EnvACEEnv(gym.Env):
     def _obs(self) -> dict:
         call = self._pending[0][0] if self._pending else None
         pending = None if call is None else {"id": call.id, "name": call.name, "arguments": call.arguments}
-        if pending is not None and self.rehearsal_format == "prompted":  # a simulator prompt of its own
-            cached = self.response_cache.get(pending["name"]) if self.response_cache else []
-            function = self.tools.functions[pending["name"]]
+        if call is not None and pending is not None and self.rehearsal_format == "prompted":  # a prompt of its own
+            cached = self.response_cache.get(call.name) if self.response_cache else []
+            function = self.tools.functions[call.name]
             messages = episode_prompt(self._live, pending, function, cached, self.examples_per_tool)
             return {"role": "rehearse", "messages": messages, "tools": [], "tool_call": pending}
         role = "act" if pending is None else "rehearse"

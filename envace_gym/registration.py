@@ -22,6 +22,7 @@ from envace_gym.env import EnvACEEnv
 from envace_gym.specs import import_module
 from envace_gym.suite import Suite
 from envace_gym.suites.bfcl import categories as bfcl_categories
+from envace_gym.wrappers import unwrap
 
 if TYPE_CHECKING:
     from envace_gym.episode import Task
@@ -179,9 +180,10 @@ def suite(env_id: str, split: str | None = "default", **options: Any) -> Registe
         if split == "default":
             split = entry.defaults.get("split", the_suite.default_split)
         return Registered(the_suite, split, the_suite.task_ids(split))
-    env = gym.make(env_id, **options, **({} if split == "default" else {"split": split}))
+    given: dict[str, Any] = {} if split == "default" else {"split": split}
+    env = gym.make(env_id, **options, **given)
     try:
-        inner = env.unwrapped
+        inner = unwrap(env)
         return Registered(inner.suite, inner.split, list(inner.task_ids))
     finally:
         env.close()

@@ -22,6 +22,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from envace_gym import records
@@ -93,7 +94,7 @@ def _training_svg(rows: list[dict], title: str) -> str:
     return svg[svg.index("<svg") :]
 
 
-def collect(paths: list[str | Path]) -> dict:
+def collect(paths: Sequence[str | Path]) -> dict:
     """The page's data from ``run`` and ``compare`` JSONL files, ``train``/``sft`` output folders and
     ``eval`` output folders (their runs' records and world-model calls)."""
     data: dict = {"episodes": [], "calls": [], "training": []}
@@ -134,7 +135,7 @@ def _standard(value):
     return value
 
 
-def render(paths: list[str | Path], out: str | Path) -> Path:
+def render(paths: Sequence[str | Path], out: str | Path) -> Path:
     """Write the viewer of ``paths`` to ``out``; returns ``out``."""
     data = collect(paths)
     svgs = "".join(f'<section class="train"><h3></h3>{t["svg"]}</section>' for t in data["training"] if t["svg"])

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
+
+if TYPE_CHECKING:
+    from envace_gym.env import EnvACEEnv
 
 
 class SelfRehearsal(gym.Wrapper):
@@ -63,3 +66,8 @@ class ScoreTruncated(gym.Wrapper, gym.utils.RecordConstructorArgs):
             info = {**info, **{k: v for k, v in final.items() if k != "tool_calls"}}
             obs = inner.observation()
         return obs, reward, terminated, truncated, info
+
+
+def unwrap(env: gym.Env) -> EnvACEEnv:
+    """``env.unwrapped`` of an env that ``gym.make`` gave for one of our ids: an :class:`EnvACEEnv`."""
+    return cast("EnvACEEnv", env.unwrapped)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -51,7 +51,7 @@ def list_tasks(
         suite, shown, ids = registration.suite(
             env_id, "default" if split is None else None if split == "all" else split
         )
-        rows = []
+        rows: list[dict[str, Any]] = []
         for task_id in ids:
             task = suite.task(task_id)
             rows.append(

@@ -38,7 +38,7 @@ def bfcl_summary_helpers():
     name = "bfcl_eval.constants.model_config"
     if "bfcl_eval.eval_checker.eval_runner_helper" not in sys.modules and name not in sys.modules:
         sys.modules[name] = types.ModuleType(name, "not loaded: the vendor SDKs are absent")
-        sys.modules[name].MODEL_CONFIG_MAPPING = {}  # type: ignore[attr-defined]
+        sys.modules[name].MODEL_CONFIG_MAPPING = {}
         try:
             import bfcl_eval.eval_checker.eval_runner_helper  # noqa: F401
         finally:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 
@@ -33,6 +34,7 @@ from envace_gym.registration import resolve_env
 from envace_gym.runs import Run, RunConfig, check_not_written, given_ids
 from envace_gym.settings import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.specs import parse_spec
+from envace_gym.wrappers import unwrap
 
 
 @dataclass
@@ -253,9 +255,10 @@ class Evaluation:
 
     def _compared(self, b: Benchmark, env_id: str, rehearser: str, failures: list, on_call) -> list[dict]:
         c = self.config
-        env = gym.make(env_id, **({"split": b.split} if b.split else {}))
+        split: dict[str, Any] = {"split": b.split} if b.split else {}
+        env = gym.make(env_id, **split)
         with closing(env):
-            inner = env.unwrapped
+            inner = unwrap(env)
             tasks = inner.task_ids[: c.limit]
             gold = all(inner.suite.has_gold(inner.suite.task(t)) for t in tasks)
             actor = self._load("oracle" if gold else c.agent, env)

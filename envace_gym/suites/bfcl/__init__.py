@@ -3,6 +3,7 @@ module (and bfcl-eval with it) is imported when its suite is first asked for."""
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from envace_gym.suites.bfcl import categories
@@ -15,6 +16,7 @@ CATEGORIES = categories.ALL
 
 def get_suite(category: str) -> Suite:
     """The process-wide suite of one BFCL category (its entries are read once)."""
+    module: ModuleType
     if category in categories.MULTI_TURN:
         from envace_gym.suites.bfcl import multi_turn as module
     elif category in categories.SINGLE_TURN + categories.LANGUAGES:

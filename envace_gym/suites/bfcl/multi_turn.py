@@ -158,7 +158,9 @@ def parse_gold_call(text: str, signatures: dict[str, inspect.Signature]) -> Gold
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
         raise ValueError(f"not a plain function call: {text!r}")
     args = [ast.literal_eval(a) for a in node.args]
-    kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+    if len(kwargs) < len(node.keywords):
+        raise ValueError(f"not a plain function call: {text!r}")
     bound = signatures[node.func.id].bind(None, *args, **kwargs)
     return GoldCall(node.func.id, {k: v for k, v in bound.arguments.items() if k != "self"})
 
@@ -360,7 +362,7 @@ class MultiTurnGrader(Grader):
             gold_results = [gold.execute(c.name, c.arguments).native for c in gold_calls]
             if not gold_calls:
                 continue
-            failure = None
+            failure: dict[str, Any] | None = None
             if not calls:
                 failure = {"error_type": "multi_turn:empty_turn_model_response"}
             elif diff := state_differences(model, gold):

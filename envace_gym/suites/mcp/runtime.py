@@ -186,7 +186,7 @@ class Session:
             self.done.set()
 
 
-def _describe(error: BaseException) -> str:
+def _describe(error: BaseException | None) -> str:
     if isinstance(error, BaseExceptionGroup) and error.exceptions:
         return _describe(error.exceptions[0])
     if isinstance(error, TimeoutError):

@@ -71,21 +71,19 @@ class MCPSuite(Suite):
     ):
         self.name, self.tasks = name, list(tasks)
         self.spec: Stdio | Http | InProcess | None = None if server is None else server_spec(server)
+        # only an in-process server's (or an offline) world keeps its effects in this process
+        self.private_worlds = self.spec is None or isinstance(self.spec, InProcess)
         self.deterministic, self.pool_size = deterministic, pool_size
         self.call_timeout, self.startup_timeout = call_timeout, startup_timeout
         self._runtime: Runtime | None = None
         self._server_tools: list[dict] | None = None
-        self._toolsets: dict[tuple, ToolSet] = {}
-
-    @property
-    def private_worlds(self) -> bool:
-        """Only an in-process server's (or an offline) world keeps its effects in this process."""
-        return self.spec is None or isinstance(self.spec, InProcess)
+        self._toolsets: dict[str | tuple, ToolSet] = {}
 
     @property
     def runtime(self) -> Runtime:
         """The server's loop and sessions, started on first use (again after :meth:`close`)."""
         if self._runtime is None:
+            assert self.spec is not None  # an offline suite has no server
             self._runtime = Runtime(self.spec, self.call_timeout, self.startup_timeout, self.pool_size)
             self._finalize = weakref.finalize(self, self._runtime.close)
         return self._runtime
@@ -107,7 +105,7 @@ class MCPSuite(Suite):
                 while page.next_cursor:
                     if pages >= MAX_PAGES or len(tools) > MAX_TOOLS or time.monotonic() > deadline:
                         raise ServerError(
-                            f"the MCP server {self.spec.name}'s tools/list goes past {MAX_PAGES} "
+                            f"the MCP server {runtime.spec.name}'s tools/list goes past {MAX_PAGES} "
                             f"pages, {MAX_TOOLS} tools or {LIST_SECONDS} s; it is refused"
                         )
                     page = runtime.request(session, "list_tools", cursor=page.next_cursor)
@@ -141,6 +139,7 @@ class MCPSuite(Suite):
 
     def new_world(self, task: Task | None) -> World:
         if self.spec is None:
+            assert task is not None  # an offline world plays its task's recording
             return RecordedWorld((task.data or {}).get("recording", ()))
         return MCPWorld(self.runtime, self.deterministic, self._fresh_state())
 

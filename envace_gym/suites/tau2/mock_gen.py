@@ -15,7 +15,7 @@ import hashlib
 import random
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache, cached_property, partial
-from itertools import count
+from typing import Any
 
 from tau2.data_model.tasks import Task as Tau2Task
 
@@ -128,8 +128,10 @@ def generate(split: str, index: int, seed: int = 0) -> dict:
     """Raw tau2 task ``{split}_{index}``, redrawn until it fits the budget and its instruction ``split``."""
     if split not in SIZES:
         raise ValueError(f"no split {split!r}; splits: {sorted(SIZES)}")
-    for attempt in count():
+    attempt = 0
+    while True:
         rng = random.Random(f"{seed}:{split}:{index}:{attempt}")
+        attempt += 1
         db = _draw_db(rng)
         steps = draw_steps(rng, db)
         if not steps:
@@ -161,7 +163,9 @@ def _split_of(instruction: str) -> str:
 
 def _draw_db(rng: random.Random) -> dict:
     names = rng.sample(NAMES, rng.randint(2, 4))
-    users = {f"user_{i}": {"user_id": f"user_{i}", "name": n, "tasks": []} for i, n in enumerate(names, 1)}
+    users: dict[str, dict[str, Any]] = {
+        f"user_{i}": {"user_id": f"user_{i}", "name": n, "tasks": []} for i, n in enumerate(names, 1)
+    }
     tasks = {}
     for i, title in enumerate(rng.sample(TITLES, rng.randint(1, 4)), 1):
         task_id = f"task_{i}"
@@ -303,7 +307,8 @@ STEPS = {  # kind: (step maker, weight)
 
 
 def tau2_task(task_id: str, instruction: str, db: dict, steps: list[dict]) -> dict:
-    calls, looked_up = [], False
+    calls: list[tuple[str, dict]] = []
+    looked_up = False
     for step in steps:
         if step["lookup"] and not looked_up:
             calls.append(("get_users", {}))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import random
 from functools import cache
-from itertools import count
+from typing import Any
 
 from envace_gym.episode import Task
 from envace_gym.suites.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
@@ -38,7 +38,7 @@ def office_db() -> dict:
     """The one initial database: users ``user_1..user_8``, tasks ``task_1..task_12``, each task owned
     by one user (some users own none), each completed with probability 0.35 (2 of the 12 are)."""
     rng = random.Random(f"office:{OFFICE_SEED}")
-    users = {
+    users: dict[str, dict[str, Any]] = {
         f"user_{i}": {"user_id": f"user_{i}", "name": name, "tasks": []}
         for i, name in enumerate(rng.sample(NAMES, USERS), 1)
     }
@@ -66,10 +66,10 @@ def office_tasks(sizes: tuple[tuple[str, int], ...] = tuple(SIZES.items())) -> d
     wanted, db = dict(sizes), office_db()
     seen: dict[str, set[str]] = {split: set() for split in wanted}
     tasks: dict[str, dict] = {}
-    for k in count():
-        if all(len(seen[s]) >= n for s, n in wanted.items()):
-            return tasks
+    k = 0
+    while not all(len(seen[s]) >= n for s, n in wanted.items()):
         rng = random.Random(f"office:{OFFICE_SEED}:draft:{k}")
+        k += 1
         steps = draw_steps(rng, db)
         if not steps:
             continue
@@ -86,6 +86,7 @@ def office_tasks(sizes: tuple[tuple[str, int], ...] = tuple(SIZES.items())) -> d
         seen[split].add(instruction)
         tasks[task_id] = tau2_task(task_id, instruction, db, steps)
         tasks[task_id]["description"]["purpose"] = "Office mock-domain task (one shared database)"
+    return tasks
 
 
 class OfficeSuite(MockGenSuite):

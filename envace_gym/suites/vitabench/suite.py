@@ -69,7 +69,7 @@ def missing_judge(episode: Episode) -> tuple[float, dict]:
 
 
 missing_judge.__name__ = "vitabench"
-missing_judge.unavailable = f"set {JUDGE_VARIABLE}=MODEL@BASE_URL, or pass --reward vitabench:MODEL@BASE_URL"
+setattr(missing_judge, "unavailable", f"set {JUDGE_VARIABLE}=MODEL@BASE_URL, or pass --reward vitabench:MODEL@BASE_URL")  # noqa: B010
 
 
 class VitaSuite(Suite):
