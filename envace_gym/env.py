@@ -108,17 +108,15 @@ class EnvACEEnv(gym.Env):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.dynamics, self.reward, self.user = dynamics, reward, user
-        self.user_kwargs = user_kwargs or {}
+        self.user_kwargs, self.gold_in_info = user_kwargs or {}, gold_in_info
         self.max_turns, self.max_steps_per_turn = max_turns, max_steps_per_turn
         self.p_real, self.simulator = p_real, simulator
         self.router = router if router is not None else FidelityRouter()
-        self.gold_in_info = gold_in_info
         self._routes: dict[str, dict] = {}  # call id -> the estimate and reason that routed it (adaptive)
-        self.recordings = recordings
+        self.recordings, self.examples_per_tool = recordings, examples_per_tool
         self.rehearsal_format, self.response_cache = rehearsal_format, response_cache
-        self.examples_per_tool = examples_per_tool
         self.limits = limits or Limits()
-        if suite.bounds_calls:
+        if suite.bounds_calls:  # its worlds bound each call themselves
             self.limits = dataclasses.replace(self.limits, call_seconds=None)
         self.render_mode = render_mode
         self.observation_space = ObservationSpace()
@@ -230,9 +228,8 @@ class EnvACEEnv(gym.Env):
             info["reward_info"] = without_gold(info["reward_info"]) or {}
         return reward
 
-    # pickling (copies across processes): the suite goes by reference where it defines
-    # __reduce__ (the built-in ones do), and the world is not pickled but rebuilt on load
-    # by replaying the episode's calls on a fresh one (Episode.replayed_world)
+    # pickling (copies across processes): the suite goes by reference where it defines __reduce__ (the built-in
+    # ones do); the world is not pickled but rebuilt on load by replaying the episode's calls (replayed_world)
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         if self.episode is not None:
@@ -482,14 +479,15 @@ class EnvACEEnv(gym.Env):
     # observations ----------------------------------------------------------
     def _obs(self) -> dict:
         call = self._pending[0][0] if self._pending else None
-        pending = None if call is None else {"id": call.id, "name": call.name, "arguments": call.arguments}
-        if call is not None and pending is not None and self.rehearsal_format == "prompted":  # a prompt of its own
+        tools, messages = self.tools.schemas, list(self._live.messages)
+        if call is None:
+            return {"role": "act", "messages": messages, "tools": tools, "tool_call": None}
+        pending = {"id": call.id, "name": call.name, "arguments": call.arguments}
+        if self.rehearsal_format == "prompted":  # a simulator prompt of its own
             cached = self.response_cache.get(call.name) if self.response_cache else []
-            function = self.tools.functions[call.name]
+            function, tools = self.tools.functions[call.name], []
             messages = episode_prompt(self._live, pending, function, cached, self.examples_per_tool)
-            return {"role": "rehearse", "messages": messages, "tools": [], "tool_call": pending}
-        role = "act" if pending is None else "rehearse"
-        return {"role": role, "messages": list(self._live.messages), "tools": self.tools.schemas, "tool_call": pending}
+        return {"role": "rehearse", "messages": messages, "tools": tools, "tool_call": pending}
 
     def _info(self, records: list[CallRecord]) -> dict:
         return {
