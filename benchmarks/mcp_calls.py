@@ -25,7 +25,7 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
-from envace_gym.envs.mcp import make_env
+from envace_gym import make_mcp_env
 from envace_gym.messages import format_tool_call
 
 SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "mcp_server.py")]
@@ -69,7 +69,7 @@ def env_side(env, calls: int) -> tuple[list[float], list[float], list[float]]:
 
 
 def reset_side(pool_size: int, resets: int, pause: float) -> list[float]:
-    env = make_env(SERVER, ["benchmark"], pool_size=pool_size, max_turns=None)
+    env = make_mcp_env(SERVER, ["benchmark"], pool_size=pool_size, max_turns=None)
     times = []
     for _ in range(resets):
         start = time.perf_counter()
@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--resets", type=int, default=8)
     parser.add_argument("--episode-seconds", type=float, default=5.0)
     args = parser.parse_args()
-    env = make_env(SERVER, ["benchmark"], max_turns=None)
+    env = make_mcp_env(SERVER, ["benchmark"], max_turns=None)
     env.reset(seed=0)
     sdk, steps, executes, hops = [], [], [], []
     for _ in range(args.rounds):  # the sides take turns, so that a change in machine load hits both

@@ -23,8 +23,7 @@ from pathlib import Path
 import gymnasium as gym
 
 import envace_gym  # noqa: F401
-from envace_gym import agents
-from envace_gym.envs.mcp import make_env
+from envace_gym import agents, make_mcp_env
 from envace_gym.runner import run_batched
 
 SERVER = [sys.executable, str(Path(__file__).with_name("slow_mcp_server.py"))]  # + its port
@@ -39,7 +38,7 @@ TASKS = [
 SLOW = "Bench/slow-mcp-v0"
 if SLOW not in gym.registry:  # imported by each Ray worker too (the spec names this file)
     # gym.make(SLOW, server=URL): the server's URL comes with the make arguments, to every worker too
-    gym.register(SLOW, entry_point=partial(make_env, tasks=TASKS, reward="tool_f1"), disable_env_checker=True)
+    gym.register(SLOW, entry_point=partial(make_mcp_env, tasks=TASKS, reward="tool_f1"), disable_env_checker=True)
 
 
 def in_process(env_id: str, episodes: list, make_kwargs: dict) -> dict:

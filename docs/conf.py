@@ -8,11 +8,11 @@ HERE = Path(__file__).parent
 sys.path[:0] = [str(HERE / "_ext"), str(HERE.parent)]
 
 import envace_gym  # noqa: E402
+import envace_gym.integrations.openenv.server  # noqa: E402, F401
 
 # imported before autodoc imports the rest: imported in its order, pydantic failed to build the MCP
 # SDK's models (`__pydantic_extra__` unresolved) in this build; which earlier import causes it is not known
-import envace_gym.envs.mcp  # noqa: E402, F401
-import envace_gym.integrations.openenv.server  # noqa: E402, F401
+import envace_gym.suites.mcp  # noqa: E402, F401
 
 project = "envace-gym"
 author = "envace-gym developers"
@@ -90,7 +90,7 @@ autodoc_mock_imports = ["verl"]
 # VitaBench's modules import its checkout (VITABENCH_ROOT) when imported; without one, autodoc reads
 # them against a stand-in of its package.
 if not os.environ.get("VITABENCH_ROOT"):
-    import envace_gym.envs.vitabench.source as vitabench_source
+    import envace_gym.suites.vitabench.source as vitabench_source
 
     autodoc_mock_imports += ["vita"]
     vitabench_source.load = lambda: None

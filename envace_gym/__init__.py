@@ -7,7 +7,7 @@ from envace_gym.episode import Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
 from envace_gym.limits import Limits
-from envace_gym.registration import ENV_IDS, register_all, register_suite
+from envace_gym.registration import ENV_IDS, make_mcp_env, register_all, register_suite
 from envace_gym.rehearse_prompts import ResponseCache
 from envace_gym.suite import ScriptedUser, Suite, User, UserReply, World
 from envace_gym.tools import ToolSet
@@ -33,6 +33,7 @@ __all__ = [
     "User",
     "UserReply",
     "World",
+    "make_mcp_env",
     "register_suite",
 ]
 __version__ = "0.2.0"

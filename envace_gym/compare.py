@@ -17,6 +17,7 @@ from envace_gym.bounded import execute
 from envace_gym.fidelity import fidelity
 from envace_gym.messages import escape_tags
 from envace_gym.records import CompareRecord
+from envace_gym.wrappers import unwrap
 
 METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
 
@@ -32,7 +33,7 @@ def compare_calls(
     """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``): one record per call.
     With a ``failures`` list, an agent's exception ends its episode (the calls before it are kept) and
     is appended as ``(task_id, "Type: message")``; without one, it is raised."""
-    agent, inner = RoleSplit(actor, rehearser), env.unwrapped
+    agent, inner = RoleSplit(actor, rehearser), unwrap(env)
     for i, task_id in enumerate(task_ids):
         obs, info = env.reset(seed=seed + i, options={"task_id": task_id, "dynamics": "shadow"})
         done = False

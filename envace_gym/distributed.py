@@ -15,7 +15,7 @@ episode by episode, with its error.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
 
@@ -54,7 +54,7 @@ class EnvWorker:
         from envace_gym.runner import run_batched
 
         if self.rehearser is not None:
-            records = []
+            records: list[dict] = []
             for task_id, seed in episodes:
                 self.agent.reseed(seed)
                 self.rehearser.reseed(seed)
@@ -89,7 +89,7 @@ def connect(address: str | None = None, workers: int = 1):
 
 def run_distributed(
     spec: WorkerSpec, episodes: Sequence[tuple[str, int]], workers: int, address: str | None = None, tries: int = 3
-) -> Iterator[dict]:
+) -> Generator[dict, None, None]:
     """Play ``episodes`` on ``workers`` Ray actors and yield their records in ``episodes``' order (for
     ``compare``, a failed episode is one record with ``tool`` None and its ``error``).
 

@@ -32,6 +32,11 @@ class Dynamics:
             raise ValueError(f"dynamics {self.name!r}: answers must be one of {ANSWERERS}, got {self.answers!r}")
 
     @property
+    def asks_world(self) -> bool:
+        """Whether the episode's world executes calls (a fork under any other dynamics needs none)."""
+        return self.answers in ("world", "either", "router")
+
+    @property
     def rehearses(self) -> bool:
         """Whether the policy writes tool responses (rehearse turns), which a tool loop outside the env
         (TRL's ``environment_factory``) cannot drive."""

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import json
 from collections import deque
-from typing import Any
+from typing import Any, Self
 
 import gymnasium as gym
 
@@ -44,7 +44,9 @@ class EnvACEEnv(gym.Env):
     The reward is terminal, ``info["reward_source"]`` names it, and ``info["reward_info"]`` holds no gold
     unless ``gold_in_info`` (:func:`~envace_gym.grader.without_gold`). ``max_turns`` and
     ``max_steps_per_turn`` truncate; ``limits`` (:class:`~envace_gym.limits.Limits`) bound each call and
-    user turn. Nothing raises out of ``step``: a failure ends the episode with ``info["error"]``. A
+    user turn. Nothing raises out of ``step``: a failure (a world's :attr:`~envace_gym.suite.World.failure`
+    among them) ends the episode with ``info["error"]``. ``owns_suite``: :meth:`close` also closes the
+    suite (:meth:`~envace_gym.suite.Suite.close`: a server's processes). A
     rehearse observation is the conversation itself (``rehearsal_format="inline"``) or a simulator prompt
     with earlier responses of the tool (``"prompted"``, from ``response_cache``).
 
@@ -58,6 +60,8 @@ class EnvACEEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    observation_space: ObservationSpace
+    action_space: ActionSpace
 
     def __init__(
         self,
@@ -80,8 +84,9 @@ class EnvACEEnv(gym.Env):
         render_mode: str | None = None,
         router: FidelityRouter | None = None,
         gold_in_info: bool = False,
+        owns_suite: bool = False,
     ):
-        self.suite = suite
+        self.suite, self.owns_suite = suite, owns_suite
         self.task_ids = [str(t) for t in task_ids] if task_ids else suite.task_ids(split)
         # the split the tasks come from: None for all tasks, or for given ids that are not all in it
         self.split = (
@@ -103,16 +108,16 @@ class EnvACEEnv(gym.Env):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.dynamics, self.reward, self.user = dynamics, reward, user
-        self.user_kwargs = user_kwargs or {}
+        self.user_kwargs, self.gold_in_info = user_kwargs or {}, gold_in_info
         self.max_turns, self.max_steps_per_turn = max_turns, max_steps_per_turn
         self.p_real, self.simulator = p_real, simulator
         self.router = router if router is not None else FidelityRouter()
-        self.gold_in_info = gold_in_info
         self._routes: dict[str, dict] = {}  # call id -> the estimate and reason that routed it (adaptive)
-        self.recordings = recordings
+        self.recordings, self.examples_per_tool = recordings, examples_per_tool
         self.rehearsal_format, self.response_cache = rehearsal_format, response_cache
-        self.examples_per_tool = examples_per_tool
         self.limits = limits or Limits()
+        if suite.bounds_calls:  # its worlds bound each call themselves
+            self.limits = dataclasses.replace(self.limits, call_seconds=None)
         self.render_mode = render_mode
         self.observation_space = ObservationSpace()
         self.tools = suite.tools(suite.task(self.task_ids[0]))
@@ -152,6 +157,8 @@ class EnvACEEnv(gym.Env):
                 "select it with gym.make(..., task_ids=[...]) or another split="
             )
         task = self.suite.task(str(task_id))
+        if self.episode is not None:  # the last episode's world lets go of its server session
+            self.episode.world.close(wait=False)
         self._reward = self.reward if self.reward is not None else default_reward(self.suite, dynamics, task)
         check_reward(self._reward, dynamics)
         self.tools = self.suite.tools(task)
@@ -183,6 +190,8 @@ class EnvACEEnv(gym.Env):
             self._advance(records)
         except Exception as e:  # a bug in a world, user or suite: the episode ends, its record kept
             self._fail(e)
+        if ep.world.failure is not None and ep.ended_by != "error":
+            self._fail(f"the episode's world failed: {ep.world.failure}")
         if ep.ended_by is None and not self._pending:
             if self._transferred:
                 ep.ended_by = "transfer"
@@ -201,12 +210,9 @@ class EnvACEEnv(gym.Env):
         return self._obs(), reward, terminated, truncated, info
 
     def finish(self, ended_by: str = "time_limit") -> tuple[float, dict]:
-        """End the running episode now, as truncated, and score it: ``(reward, info)``.
-
-        For limits kept outside the env: :class:`~envace_gym.wrappers.ScoreTruncated`
-        calls it when an outer ``TimeLimit`` cuts an episode, so the cut episode still gets
-        its terminal reward and ``info["reward_source"]``. Pending calls stay unanswered.
-        """
+        """End the running episode now, as truncated, and score it: ``(reward, info)``. For limits kept
+        outside the env: :class:`~envace_gym.wrappers.ScoreTruncated` calls it when an outer ``TimeLimit``
+        cuts an episode, so that it still gets its terminal reward. Pending calls stay unanswered."""
         ep = self.episode
         if ep is None or ep.ended_by is not None:
             raise RuntimeError("finish() needs a running episode")
@@ -214,8 +220,7 @@ class EnvACEEnv(gym.Env):
         self._pending.clear()
         self.action_space.role = "act"
         info = self._info([])
-        reward = self._score(info)
-        return reward, info
+        return self._score(info), info
 
     def _score(self, info: dict) -> float:
         reward = score_episode(self._reward, self._live, info)
@@ -223,9 +228,8 @@ class EnvACEEnv(gym.Env):
             info["reward_info"] = without_gold(info["reward_info"]) or {}
         return reward
 
-    # pickling (copies across processes): the suite goes by reference where it defines
-    # __reduce__ (the built-in ones do), and the world is not pickled but rebuilt on load
-    # by replaying the episode's calls on a fresh one (Episode.replayed_world)
+    # pickling (copies across processes): the suite goes by reference where it defines __reduce__ (the built-in
+    # ones do); the world is not pickled but rebuilt on load by replaying the episode's calls (replayed_world)
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         if self.episode is not None:
@@ -247,20 +251,20 @@ class EnvACEEnv(gym.Env):
         """``render_mode="ansi"``: the episode's transcript, a line a message."""
         return transcript(self.episode.messages) if self.render_mode == "ansi" and self.episode else None
 
-    def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> EnvACEEnv:
-        """A new env holding a copy of this episode that shares no mutable state with it.
-
-        ``dynamics`` answers the clone's calls from now on (pending ones included), and
-        ``reward`` scores it (default: this env's reward, else the dynamics' default).
-        """
+    def fork(self, dynamics: str | None = None, reward: str | RewardFn | None = None) -> Self:
+        """A new env holding a copy of this episode that shares no mutable state with it. ``dynamics``
+        answers the clone's calls from now on (pending ones included), and ``reward`` scores it (default:
+        this env's reward, else the dynamics' default). It does not own the suite."""
         if self.episode is None:
             raise RuntimeError("fork() needs a started episode: call reset() first")
         if dynamics is not None:
             check_dynamics(dynamics, self.simulator)
         clone, ep = copy.copy(self), self.episode  # __copy__: a shallow copy without __setstate__'s world replay
+        clone.owns_suite = False
+        asks_world = DYNAMICS[dynamics or ep.dynamics].asks_world
         clone.episode = dataclasses.replace(
             ep,
-            world=ep.world.fork(),
+            world=ep.world.fork() if asks_world else ep.world.detached(),
             dynamics=dynamics or ep.dynamics,
             messages=copy.deepcopy(ep.messages),
             calls=copy.deepcopy(ep.calls),
@@ -284,6 +288,15 @@ class EnvACEEnv(gym.Env):
             except Exception as e:
                 clone._fail(e)
         return clone
+
+    def close(self) -> None:
+        """End the episode's world (:meth:`~envace_gym.suite.World.close`), and close the suite if this
+        env owns it."""
+        if self.episode is not None:
+            self.episode.world.close(wait=True)
+        if self.owns_suite:
+            self.suite.close()
+        super().close()
 
     def observation(self) -> dict:
         """The current observation (what the last ``reset`` or ``step`` returned, or a fork's)."""
@@ -381,11 +394,8 @@ class EnvACEEnv(gym.Env):
         return error
 
     def _execute(self, call: ToolCall) -> tuple[str, Response]:
-        """``(source, response)`` of one validated call on the world, within the limits.
-
-        A call that runs out of time leaves no trace: the world is rebuilt from the
-        episode's earlier calls, and the call is recorded as rejected.
-        """
+        """``(source, response)`` of one validated call on the world, within the limits. A call that runs
+        out of time leaves no trace: the world is rebuilt from the episode's calls, and the call is rejected."""
         ep = self._live
         response = execute(ep.suite, ep.world, call.name, call.arguments, self.limits)
         if response.native != OVER_TIME:
@@ -469,21 +479,15 @@ class EnvACEEnv(gym.Env):
     # observations ----------------------------------------------------------
     def _obs(self) -> dict:
         call = self._pending[0][0] if self._pending else None
-        pending: dict[str, Any] | None = (
-            None if call is None else {"id": call.id, "name": call.name, "arguments": call.arguments}
-        )
-        if pending is not None and self.rehearsal_format == "prompted":  # a simulator prompt of its own
-            cached = self.response_cache.get(pending["name"]) if self.response_cache else []
-            function = self.tools.functions[pending["name"]]
+        tools, messages = self.tools.schemas, list(self._live.messages)
+        if call is None:
+            return {"role": "act", "messages": messages, "tools": tools, "tool_call": None}
+        pending = {"id": call.id, "name": call.name, "arguments": call.arguments}
+        if self.rehearsal_format == "prompted":  # a simulator prompt of its own
+            cached = self.response_cache.get(call.name) if self.response_cache else []
+            function, tools = self.tools.functions[call.name], []
             messages = episode_prompt(self._live, pending, function, cached, self.examples_per_tool)
-            return {"role": "rehearse", "messages": messages, "tools": [], "tool_call": pending}
-        role = "act" if pending is None else "rehearse"
-        return {
-            "role": role,
-            "messages": list(self._live.messages),
-            "tools": self.tools.schemas,
-            "tool_call": pending,
-        }
+        return {"role": "rehearse", "messages": messages, "tools": tools, "tool_call": pending}
 
     def _info(self, records: list[CallRecord]) -> dict:
         return {

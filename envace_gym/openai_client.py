@@ -3,7 +3,6 @@ one :class:`ModelServerError` that names the server."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
@@ -152,7 +151,8 @@ class ChatEndpoint:
             ) from None
 
     def _attempts(self, url: str, body: dict | None, deadline: float) -> bytes:
-        for attempt in itertools.count():
+        attempt = 0
+        while True:
             try:
                 return self._attempt(url, body, deadline)
             except _Transient:
@@ -160,6 +160,7 @@ class ChatEndpoint:
                 if attempt == self.max_retries or time.monotonic() + backoff >= deadline:
                     raise
             time.sleep(backoff)
+            attempt += 1
 
     def _attempt(self, url: str, body: dict | None, deadline: float) -> bytes:
         headers = {"Authorization": f"Bearer {self.api_key}"}

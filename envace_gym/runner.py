@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, cast
 
 import gymnasium as gym
 
 from envace_gym.agents import Agent
 from envace_gym.compare import summarize
+from envace_gym.env import EnvACEEnv
 from envace_gym.openai_client import ModelServerError
 from envace_gym.records import RunRecord
+from envace_gym.wrappers import unwrap
+
+if TYPE_CHECKING:
+    from envace_gym.integrations.openenv.client import RemoteEnv
 
 Play = Generator[dict, str, dict]  # yields observations, is sent actions, returns the record
 
@@ -20,11 +26,11 @@ def make_envs(env_id: str, n: int, **kwargs) -> list[gym.Env]:
     """``n`` envs of ``gym.make(env_id, **kwargs)``. A simulator given by name is loaded once, by the
     first env, and bound to each other one."""
     envs = [gym.make(env_id, **kwargs)]
-    kwargs["simulator"] = envs[0].unwrapped.simulator
+    kwargs["simulator"] = unwrap(envs[0]).simulator
     for _ in range(n - 1):
         envs.append(gym.make(env_id, **kwargs))
         if kwargs["simulator"] is not None:
-            envs[-1].unwrapped.simulator = kwargs["simulator"].bind(envs[-1])
+            unwrap(envs[-1]).simulator = kwargs["simulator"].bind(envs[-1])
     return envs
 
 
@@ -46,21 +52,22 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options={"task_id": task_id})
     opening, tools = len(obs["messages"]), obs["tools"]
-    calls, reward, done, failure = [], 0.0, False, None  # calls: those the steps' infos reported
+    calls: list[dict] = []  # those the steps' infos reported
+    reward, done, failure = 0.0, False, None
     while not done:
         try:
             action = yield obs
         except Exception as e:  # the agent's failure, thrown in by run_batched
             failure = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
             break
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, step_reward, terminated, truncated, info = env.step(action)
+        reward = float(step_reward)
         calls += info["tool_calls"]
         done = terminated or truncated
-    inner = env.unwrapped
-    episode = getattr(inner, "episode", None)
-    if episode is not None:  # in process: the episode itself
-        messages, tools = list(episode.messages), inner.tools.schemas
-        answered = [c.info() for c in episode.calls]
+    inner = cast("EnvACEEnv | RemoteEnv", env.unwrapped)
+    if isinstance(inner, EnvACEEnv) and inner.episode is not None:  # in process: the episode itself
+        messages, tools = list(inner.episode.messages), inner.tools.schemas
+        answered = [c.info() for c in inner.episode.calls]
     else:  # a served env (RemoteEnv): what its observations and infos said
         messages, answered = list(obs["messages"]), calls
     shadowed = [{"tool": c["name"], **c["fidelity"]} for c in answered if c.get("fidelity") is not None]
@@ -134,7 +141,7 @@ def run_batched(
                 actions = actors[slots[0]].act_batch([running[s][1] for s in slots])
                 failure = None
             except Exception as e:  # a model server's or the agent's own code's: those episodes end
-                actions, failure = [None] * len(slots), e
+                actions, failure = [""] * len(slots), e  # not sent: each episode is thrown the failure
             if on_turn is not None:
                 on_turn(len(slots), time.perf_counter() - started)
             for slot, action in zip(slots, actions):
@@ -150,7 +157,7 @@ def run_batched(
 def failed_record(env: gym.Env, agent_name: str, task_id: str, seed: int | None, error: str) -> dict:
     """The record of an episode that could not be played (its worker kept dying): reward 0, ``ended_by``
     ``worker_error``, the cause in ``error``, every other field at its default (a dumped ``RunRecord``)."""
-    inner = env.unwrapped
+    inner = unwrap(env)
     return RunRecord(
         task_id=str(task_id),
         env_id=env.spec.id if env.spec else None,

@@ -9,15 +9,15 @@ episode's record written to a JSONL file as it ends; ``resume`` keeps the record
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Generator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
-from envace_gym import agents
+from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
 from envace_gym.agents.hf import play_settings
 from envace_gym.dynamics import DYNAMICS
@@ -30,6 +30,7 @@ from envace_gym.routing import FidelityRouter
 from envace_gym.runner import make_envs, run_batched
 from envace_gym.settings import COUNT, NONNEGATIVE, SEED, SHARE, check_settings, setting
 from envace_gym.specs import parse_spec
+from envace_gym.wrappers import unwrap
 
 REWARD_NAMES = ", ".join([*REWARDS, *(f"{prefix}:MODEL@BASE_URL" for prefix in SPEC_REWARDS)])
 
@@ -147,7 +148,7 @@ class Run:
         max_turns = c.max_turns
         if max_turns is None and c.agent.startswith("hf:"):
             max_turns = play_settings(c.agent.removeprefix("hf:")).get("max_turns")
-        self.on_turn = None  # run_batched's, for a caller to set
+        self.on_turn: Callable[[int, float], None] | None = None  # run_batched's, for a caller to set
         # the options given (an unset one keeps the env's own default, or its registration's)
         given: dict[str, Any] = {"reward": c.reward, "max_turns": max_turns, "simulator": c.simulator}
         if c.gold_in_records:
@@ -163,12 +164,12 @@ class Run:
             self.make_kwargs["router"] = FidelityRouter()
         if c.reward is None:
             with closing(gym.make(env_id, **self.make_kwargs)) as made:  # an MCP env's server stops with it
-                probe = made.unwrapped
+                probe = unwrap(made)
                 reward = None if probe.reward else comparable_reward(probe)  # a registered reward is kept
             if reward is not None:
                 self.make_kwargs["reward"] = reward
         self.envs = make_envs(env_id, c.batch if c.workers is None else 1, **self.make_kwargs)
-        inner, dynamics = self.envs[0].unwrapped, get_dynamics(c.dynamics)
+        inner, dynamics = unwrap(self.envs[0]), get_dynamics(c.dynamics)
         self.max_turns = inner.max_turns or 50  # for the run's time estimate
         self.reward_note = (
             None
@@ -178,8 +179,10 @@ class Run:
         # reward_source may differ by episode: --reward's, else the dynamics' default or, for a task without
         # gold, the suite's judge (and None where the episode ended unscored): a record may have any of them
         rewards = [inner.reward] if inner.reward else [dynamics.default_reward, inner.suite.judge_reward()]
+        spec = self.envs[0].spec
+        assert spec is not None  # gym.make's
         settings = {
-            "env_id": self.envs[0].spec.id,
+            "env_id": spec.id,
             "split": inner.split,
             "dynamics": inner.dynamics,
             "reward_source": tuple(getattr(r, "__name__", r) for r in rewards if r is not None),
@@ -219,6 +222,7 @@ class Run:
         (:class:`~envace_gym.integrations.openenv.client.RemoteEnv`), the agent, the tasks it serves."""
         from envace_gym.integrations.openenv.client import RemoteEnv
 
+        assert c.url is not None
         server_side = (
             *("split", "reward", "simulator", "p_real", "user", "max_turns", "workers", "ray_address"),
             "gold_in_records",
@@ -234,7 +238,7 @@ class Run:
             )
         token = c.token or os.environ.get("ENVACE_SERVE_TOKEN")
         self.envs = [RemoteEnv(c.url, token=token, dynamics=c.dynamics) for _ in range(c.batch)]
-        served = self.envs[0].tasks()
+        served = cast(RemoteEnv, self.envs[0]).tasks()
         if c.env_id is not None and resolve_env(c.env_id) != served.env_id:
             raise ValueError(f"{c.url} serves {served.env_id}, not {c.env_id}")
         dynamics = get_dynamics(c.dynamics)  # an unknown name: refused before any episode
@@ -260,16 +264,18 @@ class Run:
         settings = {"env_id": served.env_id, "split": served.split, "dynamics": c.dynamics, "agent": self.agent.name}
         self._plan(ids, settings)
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Generator[dict, None, None]:
         """The records of ``todo``, each appended to ``out`` (a new file unless ``resume``) before it is
         yielded. A ValueError: the workers' agent is not the one of the ``earlier`` records."""
         c = self.config
+        stream: Generator[dict, None, None]
         if c.workers is None:
             stream = run_batched(self.envs, self.agent, self.todo, on_turn=self.on_turn)
         else:
             from envace_gym.distributed import WorkerSpec, run_distributed
 
             # the id as given (MODULE:ID or PATH.py:ID too): each worker imports the module that registers it
+            assert c.env_id is not None  # workers need the env in this process: no url
             spec = WorkerSpec(c.env_id, c.agent, self.make_kwargs, c.agent_kwargs, c.batch, rehearsal=c.rehearsal)
             stream = run_distributed(spec, self.todo, c.workers, c.ray_address)
         with closing(stream), self.lock, self.out.open("a" if c.resume else "w") as f, self._sessions():
@@ -307,7 +313,7 @@ def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwa
     if task_ids:
         ids = given_ids(task_ids)
         if any(".." in t for t in ids):
-            ids = expand_ranges(ids, gym.make(env_id, split=split).unwrapped.task_ids)
+            ids = expand_ranges(ids, registration.suite(env_id, split if split is not None else "default").task_ids)
         kwargs["task_ids"] = ids
     return kwargs
 
@@ -372,15 +378,14 @@ def comparable_reward(env: EnvACEEnv) -> str | None:
 
 def check_reward_available(env: gym.Env) -> None:
     """Refuse to start a run whose reward cannot be computed (a judge that is not configured)."""
-    inner = env.unwrapped
+    inner = unwrap(env)
     task = inner.suite.task(inner.task_ids[0]) if inner.task_ids else None
     reward = inner.reward
     if reward is None and task is not None and not inner.suite.has_gold(task):
         reward = inner.suite.judge_reward()
-    if getattr(reward, "unavailable", None):
-        raise ValueError(
-            f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: {reward.unavailable}"
-        )
+    unavailable = getattr(reward, "unavailable", None)
+    if unavailable:
+        raise ValueError(f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: {unavailable}")
 
 
 def check_not_written(out: Path, resume: bool, overwrite: bool) -> None:

@@ -156,7 +156,7 @@ def dump(value: Any) -> str:
 
 def cow_model(template: BaseModel) -> BaseModel:
     """A copy of ``template`` whose dict fields are copy-on-write and other fields deep copies."""
-    fields = {}
+    fields: dict[str, Any] = {}
     for name in type(template).model_fields:
         value = getattr(template, name)
         fields[name] = CowMapping(value) if isinstance(value, dict) else deep_copy(value)
@@ -165,7 +165,7 @@ def cow_model(template: BaseModel) -> BaseModel:
 
 def fork_model(model: BaseModel) -> BaseModel:
     """An independent copy of a model made by :func:`cow_model` (or a plain model)."""
-    fields = {}
+    fields: dict[str, Any] = {}
     for name in type(model).model_fields:
         value = getattr(model, name)
         fields[name] = value.fork() if isinstance(value, CowMapping) else deep_copy(value)

@@ -40,9 +40,22 @@ class World:
             )
         return Response.from_native(method(**arguments))
 
+    #: why the world can answer no more (a server that died), once it cannot: the env then ends the
+    #: episode with ``info["error"]`` naming it
+    failure: str | None = None
+
     def fork(self) -> World:
         """An independent copy that shares no mutable state with this world."""
         return copy.deepcopy(self)
+
+    def detached(self) -> World:
+        """The world of a fork whose dynamics ask no world (rehearsed, simulated, replay). Default: a
+        :meth:`fork`; a world that cannot fork cheaply (a server session) gives one that answers nothing."""
+        return self.fork()
+
+    def close(self, wait: bool = True) -> None:
+        """End the episode's hold on outside resources (a server session); the env calls it when the
+        next episode starts (``wait=False``) and on ``close``. Default: nothing."""
 
 
 @dataclass
@@ -94,8 +107,8 @@ class Suite(ABC):
     A suite lists its :attr:`tasks` and implements the two abstract methods, :meth:`tools`
     and :meth:`new_world`. Every other method has a default: the tasks without splits,
     one generic system prompt, no opening messages, the generic :class:`ScriptedUser`
-    (the task's ``user`` messages), and a :attr:`grader` that scores against the tasks'
-    ``gold`` calls.
+    (the task's ``user`` messages), a :attr:`grader` that scores against the tasks'
+    ``gold`` calls, and nothing to :meth:`close`.
     """
 
     name: str = "suite"
@@ -109,6 +122,11 @@ class Suite(ABC):
     # a world's effects stay in this process (Python objects), so a world model may run one in
     # private; False for worlds on a server, whose calls reach outside (see PrivateRehearsal)
     private_worlds: bool = True
+    # the suite's worlds bound each call themselves (a server's request timeout): the env's
+    # ``limits.call_seconds`` is not applied on top
+    bounds_calls: bool = False
+    # the benchmark's limit of tool-calling steps in one user turn: the env's default (None: none)
+    max_steps_per_turn: int | None = None
 
     @abstractmethod
     def tools(self, task: Task) -> ToolSet:
@@ -129,6 +147,10 @@ class Suite(ABC):
         """Whether this call runs in a child process (:attr:`stateless_tools`); a suite may keep calls
         it can bound by their arguments in process."""
         return name in self.stateless_tools
+
+    def close(self) -> None:  # noqa: B027 (a hook with nothing to do by default)
+        """Release what the suite holds (a server's processes); an env that owns its suite calls it on
+        ``close``. Default: nothing."""
 
     def splits(self) -> list[str]:
         """The names :meth:`task_ids` takes (default: none)."""

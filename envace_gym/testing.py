@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 from envace_gym.agents.prompting import Generation, TokenAgent, completion
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
@@ -23,10 +24,10 @@ def _corpus(env_id: str | None) -> list[str]:
 
         renderer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), chat_template=TOOL_CHAT_TEMPLATE)
         return [
-            renderer.apply_chat_template(e["messages"], tools=e["tools"], tokenize=False)
+            cast(str, renderer.apply_chat_template(e["messages"], tools=e["tools"], tokenize=False))
             for e in gold_episodes(env_id, "train", 100)
         ]
-    from envace_gym.envs.tau2 import get_suite
+    from envace_gym.suites.tau2 import get_suite
 
     suite = get_suite("retail")
     task = suite.task(suite.task_ids("base")[0])

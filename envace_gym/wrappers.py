@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
+if TYPE_CHECKING:
+    from envace_gym.env import EnvACEEnv
+
 
 class SelfRehearsal(gym.Wrapper):
-    """Answers every rehearse turn with ``agent`` inside ``step``, so the caller sees only act turns.
+    """Deprecated: ``gym.make(id, dynamics="simulated", simulator=agent)`` is the same world, the agent
+    answering every call inside ``step`` (its calls' source is ``simulated``).
 
-    With the acting agent itself as ``agent``, a plain agent is evaluated in its own
-    rehearsed world; ``info["tool_calls"]`` gathers the calls of the inner steps.
+    Answers every rehearse turn with ``agent`` inside ``step``, so the caller sees only act turns;
+    ``info["tool_calls"]`` gathers the calls of the inner steps.
     """
 
     def __init__(self, env: gym.Env, agent: Any):
+        warnings.warn(
+            "SelfRehearsal is deprecated: make the env with dynamics='simulated', simulator=agent",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         super().__init__(env)
         self.agent = agent
 
@@ -56,3 +66,8 @@ class ScoreTruncated(gym.Wrapper, gym.utils.RecordConstructorArgs):
             info = {**info, **{k: v for k, v in final.items() if k != "tool_calls"}}
             obs = inner.observation()
         return obs, reward, terminated, truncated, info
+
+
+def unwrap(env: gym.Env) -> EnvACEEnv:
+    """``env.unwrapped`` of an env that ``gym.make`` gave for one of our ids: an :class:`EnvACEEnv`."""
+    return cast("EnvACEEnv", env.unwrapped)

@@ -1,7 +1,7 @@
 """A complete MCP server, written against the `mcp` SDK 2.x, to copy when you wrap your own tools.
 
     python examples/mcp_notes_server.py          # speaks MCP over stdin and stdout
-    make_env("examples/mcp_notes_server.py", tasks=[...])   # envace-gym starts it on its own interpreter
+    make_mcp_env("examples/mcp_notes_server.py", tasks=[...])   # envace-gym starts it on its own interpreter
 
 A notebook: each session of the server holds its own notes, so every episode starts empty. In
 SDK 2.x the server class is ``mcp.server.mcpserver.MCPServer`` (1.x's ``FastMCP``); a tool is a

@@ -5,7 +5,7 @@
 
 The CLI imports this file (``PATH.py:ID``), which registers ``Bank/bank-v0``: the bank server of
 the tests over stdio, with two tasks. Put your own command and task file (JSONL, see
-``envace_gym/envs/mcp/tasks.py``) in their place.
+``envace_gym/suites/mcp/tasks.py``) in their place.
 """
 
 import sys
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from envace_gym.envs.mcp import make_env
+from envace_gym import make_mcp_env
 
 SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "mcp_server.py")]
 TASKS = [
@@ -28,5 +28,5 @@ TASKS = [
 
 if "Bank/bank-v0" not in gym.registry:
     gym.register(
-        "Bank/bank-v0", entry_point=partial(make_env, SERVER, TASKS, reward="tool_f1"), disable_env_checker=True
+        "Bank/bank-v0", entry_point=partial(make_mcp_env, SERVER, TASKS, reward="tool_f1"), disable_env_checker=True
     )

@@ -13,8 +13,8 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E40
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker  # noqa: E402
 from bfcl_eval.model_handler.utils import default_decode_ast_prompting  # noqa: E402
 
-from envace_gym.envs.bfcl import source
-from envace_gym.envs.bfcl.schemas import tool_name
+from envace_gym.suites.bfcl import source
+from envace_gym.suites.bfcl.schemas import tool_name
 
 _run = itertools.count()
 

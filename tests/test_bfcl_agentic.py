@@ -22,12 +22,12 @@ from helpers import play
 from envace_gym import agents
 from envace_gym.agents.private_rehearsal import PrivateRehearsal
 from envace_gym.env import EnvACEEnv
-from envace_gym.envs.bfcl import memory, web_search
-from envace_gym.envs.bfcl.categories import MEMORY as MEMORY_CATEGORIES
-from envace_gym.envs.bfcl.categories import WEB_SEARCH as WEB_SEARCH_CATEGORIES
-from envace_gym.envs.bfcl.multi_turn import MAX_STEPS_PER_TURN
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
+from envace_gym.suites.bfcl import memory, web_search
+from envace_gym.suites.bfcl.categories import MEMORY as MEMORY_CATEGORIES
+from envace_gym.suites.bfcl.categories import WEB_SEARCH as WEB_SEARCH_CATEGORIES
+from envace_gym.suites.bfcl.multi_turn import MAX_STEPS_PER_TURN
 
 CATEGORIES = MEMORY_CATEGORIES + WEB_SEARCH_CATEGORIES
 
@@ -39,12 +39,12 @@ def each(categories):
 
 
 def category_suite(category):
-    """What envs.bfcl.get_suite gives for an agentic category."""
+    """What suites.bfcl.get_suite gives for an agentic category."""
     return (memory if category in MEMORY_CATEGORIES else web_search).category_suite(category)
 
 
 def make(category, suite=None, **kwargs) -> EnvACEEnv:
-    """The env as envs.bfcl.make_env builds a multi-turn one: bfcl-eval's per-turn step limit, no turn limit."""
+    """The env as its registered id builds a multi-turn one: bfcl-eval's per-turn step limit, no turn limit."""
     kwargs.setdefault("max_turns", None)
     return EnvACEEnv(suite or category_suite(category), max_steps_per_turn=MAX_STEPS_PER_TURN, **kwargs)
 
@@ -124,7 +124,7 @@ MUTATIONS = {
 @pytest.mark.parametrize("category", each(CATEGORIES))
 def test_perturbed_answers_agree_with_bfcl_checker(category):
     """The env's reward equals bfcl-eval's agentic_checker on the final message, over perturbed oracle answers."""
-    from envace_gym.envs.bfcl.agentic import final_answer
+    from envace_gym.suites.bfcl.agentic import final_answer
 
     env = make(category)
     suite, rng = env.suite, np.random.default_rng(0)
@@ -304,7 +304,7 @@ def test_system_prompt_is_bfcl_runners(category):
 def test_vector_backend_embeds_with_the_real_minilm():
     from sentence_transformers import SentenceTransformer
 
-    from envace_gym.envs.bfcl.memory import ENCODER_SHA256, encoder_dir, vector_module
+    from envace_gym.suites.bfcl.memory import ENCODER_SHA256, encoder_dir, vector_module
 
     module = vector_module()
     encoder = module.ENCODER
@@ -390,7 +390,7 @@ def serpapi():
 
 @pytest.mark.parametrize("category", WEB_SEARCH_CATEGORIES)
 def test_web_search_runs_bfcl_code_against_a_loopback_serpapi(category, serpapi, monkeypatch):
-    from envace_gym.envs.bfcl.web_search import WebSearchSuite
+    from envace_gym.suites.bfcl.web_search import WebSearchSuite
 
     monkeypatch.setenv("SERPAPI_API_KEY", "test-key")
     suite = WebSearchSuite(category, serpapi_url=serpapi)
@@ -417,13 +417,13 @@ def test_web_search_runs_bfcl_code_against_a_loopback_serpapi(category, serpapi,
     _, reward, terminated, _, info = env.step("{'answer': 'Zhang Yiming', 'context': 'the page says so'}")
     assert terminated and reward == 1.0 and info["reward_info"]["backend"] == "bfcl-eval WebSearchAPI on SerpAPI"
     # outside a world's call, bfcl-eval's client is serpapi's, unrouted
-    from envace_gym.envs.bfcl.web_search import web_module
+    from envace_gym.suites.bfcl.web_search import web_module
 
     assert web_module().GoogleSearch({"engine": "duckduckgo"}).construct_url()[0] == "https://serpapi.com/search"
 
 
 def test_a_hanging_serpapi_call_is_cut_at_the_call_budget(serpapi):
-    from envace_gym.envs.bfcl.web_search import WebSearchSuite
+    from envace_gym.suites.bfcl.web_search import WebSearchSuite
 
     suite = WebSearchSuite("web_search_base", backend="serpapi", serpapi_url=serpapi)
     env = make("web_search_base", suite=suite, limits=Limits(call_seconds=0.5))
@@ -435,7 +435,7 @@ def test_a_hanging_serpapi_call_is_cut_at_the_call_budget(serpapi):
 
 
 def test_backend_follows_the_serpapi_key(monkeypatch):
-    from envace_gym.envs.bfcl.web_search import WebSearchSuite
+    from envace_gym.suites.bfcl.web_search import WebSearchSuite
 
     monkeypatch.setenv("SERPAPI_API_KEY", "k")
     assert WebSearchSuite("web_search_base").backend == "serpapi"
@@ -444,7 +444,7 @@ def test_backend_follows_the_serpapi_key(monkeypatch):
 
 
 def test_offline_corpus_comes_from_bfcl_data_only():
-    from envace_gym.envs.bfcl.web_search import CORPUS, Corpus, build_corpus
+    from envace_gym.suites.bfcl.web_search import CORPUS, Corpus, build_corpus
 
     results, pages = build_corpus()
     assert json.loads((CORPUS / "results.json").read_text()) == results

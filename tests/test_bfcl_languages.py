@@ -19,10 +19,10 @@ from helpers import play
 
 from envace_gym import agents
 from envace_gym.env import EnvACEEnv
-from envace_gym.envs.bfcl import format_sensitivity as fs
-from envace_gym.envs.bfcl import source
-from envace_gym.envs.bfcl.single_turn import LANGUAGES, category_suite
 from envace_gym.messages import format_tool_call
+from envace_gym.suites.bfcl import format_sensitivity as fs
+from envace_gym.suites.bfcl import source
+from envace_gym.suites.bfcl.single_turn import LANGUAGES, category_suite
 
 # bfcl-eval's checker accepts no answer here: an ArrayList of "any" has every element converted to a
 # string, and the possible answer holds numbers and booleans

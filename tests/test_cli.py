@@ -1,5 +1,6 @@
 import json
 import statistics
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -9,6 +10,7 @@ from typer.testing import CliRunner
 
 import envace_gym
 from envace_gym.cli import app
+from envace_gym.registration import SuiteEntry, make_env
 
 runner = CliRunner()
 
@@ -329,11 +331,12 @@ def _missing_checkout():
 
 def test_list_names_a_suite_that_cannot_load_and_lists_the_rest(monkeypatch):
     """As VitaBench's ids do without VITABENCH_ROOT."""
-    monkeypatch.setitem(envace_gym.ENV_IDS, "EnvACE/tau2-retail-missing-v0", (f"{__name__}:_missing_checkout", {}))
+    entry = SuiteEntry(_missing_checkout)
+    monkeypatch.setitem(envace_gym.ENV_IDS, "EnvACE/tau2-retail-missing-v0", entry)
     monkeypatch.setitem(
         gym.registry,
         "EnvACE/tau2-retail-missing-v0",
-        gym.envs.registration.EnvSpec("EnvACE/tau2-retail-missing-v0", entry_point=_missing_checkout),
+        gym.envs.registration.EnvSpec("EnvACE/tau2-retail-missing-v0", entry_point=partial(make_env, entry)),
     )
     result = runner.invoke(app, ["list", "tau2-retail", "--json"])
     assert result.exit_code == 0
@@ -547,8 +550,8 @@ def test_real_and_rehearsed_runs_score_the_same_calls_alike_and_a_suite_that_can
     examples = Path(__file__).parents[1] / "examples"
     (tmp_path / "plain_bank.py").write_text(
         f"import sys\nsys.path.insert(0, {str(examples)!r})\nfrom functools import partial\n"
-        "import gymnasium as gym\nfrom mcp_register import SERVER, TASKS\nfrom envace_gym.envs.mcp import make_env\n"
-        "gym.register('Bank/plain-v0', entry_point=partial(make_env, SERVER, TASKS), disable_env_checker=True)\n"
+        "import gymnasium as gym\nfrom mcp_register import SERVER, TASKS\nfrom envace_gym import make_mcp_env\n"
+        "gym.register('Bank/plain-v0', entry_point=partial(make_mcp_env, SERVER, TASKS), disable_env_checker=True)\n"
     )
     plain = str(tmp_path / "plain_bank.py") + ":Bank/plain-v0"
     result = runner.invoke(app, ["run", plain, "--dynamics", "rehearsed", "--out", str(tmp_path / "plain.jsonl")])
@@ -582,8 +585,8 @@ def test_a_rehearsed_mcp_runs_note_names_its_reward_and_a_given_reward_needs_non
     examples = Path(__file__).parents[1] / "examples"
     (tmp_path / "noted_bank.py").write_text(
         f"import sys\nsys.path.insert(0, {str(examples)!r})\nfrom functools import partial\n"
-        "import gymnasium as gym\nfrom mcp_register import SERVER, TASKS\nfrom envace_gym.envs.mcp import make_env\n"
-        "gym.register('Bank/noted-v0', entry_point=partial(make_env, SERVER, TASKS), disable_env_checker=True)\n"
+        "import gymnasium as gym\nfrom mcp_register import SERVER, TASKS\nfrom envace_gym import make_mcp_env\n"
+        "gym.register('Bank/noted-v0', entry_point=partial(make_mcp_env, SERVER, TASKS), disable_env_checker=True)\n"
     )
     plain = str(tmp_path / "noted_bank.py") + ":Bank/noted-v0"
     notes = {}

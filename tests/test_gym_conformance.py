@@ -13,6 +13,7 @@ import envace_gym
 from envace_gym import agents
 from envace_gym.agents.vector import VectorOracle
 from envace_gym.messages import ToolCall, format_tool_call
+from envace_gym.registration import make_env
 from envace_gym.spaces import ActionSpace
 from envace_gym.wrappers import ScoreTruncated
 
@@ -132,7 +133,7 @@ def test_outer_time_limit_still_scores_the_episode():
     reward, info, _ = play(env, agents.load("oracle", env=env))
     assert reward == 1.0 and info["ended_by"] == "user_stop"
     # around a hand-made TimeLimit
-    env = ScoreTruncated(gym.wrappers.TimeLimit(envace_gym.envs.tau2.mock_gen.make_env(task_ids=["test_0"]), 1))
+    env = ScoreTruncated(gym.wrappers.TimeLimit(make_env(envace_gym.ENV_IDS[MOCK], task_ids=["test_0"]), 1))
     obs, _ = env.reset(seed=0)
     *_, truncated, info = env.step("Hello")
     assert truncated and info["reward_source"] == "world"

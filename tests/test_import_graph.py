@@ -74,3 +74,48 @@ def test_no_module_is_over_500_lines():
         path.relative_to(ROOT.parent).as_posix(): len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")
     }
     assert not {path: n for path, n in sizes.items() if n > MAX_LINES}
+
+
+ABOVE_SUITES = ("env", "registration", "agents", "training", "runner", "runs", "evaluation", "integrations", "cli")
+
+
+def test_suites_sit_below_the_env():
+    """A suite is a world: it knows the core (tasks, tools, worlds, graders), never the env that plays it,
+    the ids that register it, the agents or the training (lazy imports included)."""
+    graph = module_imports()
+    above = {f"envace_gym.{name}" for name in ABOVE_SUITES}
+    wrong = {
+        module: sorted(d for d in deps if d in above or d.rpartition(".")[0] in above or d.startswith(tuple(above)))
+        for module, deps in graph.items()
+        if module.startswith("envace_gym.suites")
+    }
+    assert not {module: deps for module, deps in wrong.items() if deps}
+
+
+#: where the package makes envs with gym.make: each one plays episodes (or is a user's own factory read
+#: once); a suite's tasks and splits come from registration.suite, never from a probe env
+GYM_MAKES = {
+    "envace_gym/evaluation/evaluate.py": 1,  # the world-model table's episodes
+    "envace_gym/integrations/openenv/server.py": 1,  # the served env's catalog (its tools for POST /mcp)
+    "envace_gym/integrations/trl.py": 5,  # the dataset's openings, the tool loop's envs, the rollout's envs
+    "envace_gym/integrations/verl.py": 2,  # the dataset's openings, the agent loop's envs
+    "envace_gym/registration.py": 1,  # registration.suite on an id made by a user's own factory
+    "envace_gym/runner.py": 2,
+    "envace_gym/runs.py": 1,  # a reward a user's factory registered with its id
+    "envace_gym/testing.py": 1,  # check_env's env
+    "envace_gym/training/sft.py": 1,  # the oracle's demonstrations
+    "envace_gym/training/trainer.py": 2,  # the rollout envs and the held-out env
+}
+
+
+def test_gym_make_only_where_episodes_are_played():
+    counts = {}
+    for path in ROOT.rglob("*.py"):
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "gym.make"
+        ]
+        if calls:
+            counts[path.relative_to(ROOT.parent).as_posix()] = len(calls)
+    assert counts == GYM_MAKES

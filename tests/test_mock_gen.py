@@ -11,8 +11,8 @@ from tau2_reference import tau2_reward
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.envs.tau2 import get_gen_suite
-from envace_gym.envs.tau2.mock_gen import SIZES, generate
+from envace_gym.suites.tau2 import get_gen_suite
+from envace_gym.suites.tau2.mock_gen import SIZES, generate
 
 ENV_ID = "EnvACE/tau2-mock-gen-v0"
 TRAIN_SAMPLE = [f"train_{i}" for i in range(0, 5000, 100)]

@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 import envace_gym  # noqa: F401
+from envace_gym import make_mcp_env
 from envace_gym.cli import app
-from envace_gym.envs.mcp import make_env, register_finmcp
 from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation
 from envace_gym.records import OutputInUse, OutputLock, id_path, safe_name
-from envace_gym.registration import register_factory
+from envace_gym.registration import register_factory, register_finmcp
 from envace_gym.runs import Run, RunConfig, records_file
 
 runner = CliRunner()
@@ -72,7 +72,7 @@ def test_an_id_is_never_taken_from_another_file_or_registration(tmp_path):
     second = register_finmcp(finmcp_file(tmp_path / "y" / "dup.jsonl"))
     assert first == "finmcp/dup-v0" != second and second.startswith("finmcp/dup-")
     assert register_finmcp(tmp_path / "x" / "dup.jsonl") == first  # the same file keeps its id
-    register_factory("finmcp/taken-v0", partial(make_env, None, []))
+    register_factory("finmcp/taken-v0", partial(make_mcp_env, None, []))
     with pytest.raises(ValueError, match="already registered"):
         register_finmcp(finmcp_file(tmp_path / "taken.jsonl"))
     gym.registry.pop("finmcp/taken-v0")

@@ -1,6 +1,7 @@
 """Rehearse prompts, rehearsal error counting and self-rehearsal."""
 
 import gymnasium as gym
+import pytest
 from helpers import play
 
 import envace_gym
@@ -52,8 +53,14 @@ def test_bad_rehearsals_are_counted():
 def test_self_rehearsal_hides_rehearse_turns():
     env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed")
     oracle = agents.load("oracle", env=env)
-    wrapped = envace_gym.SelfRehearsal(env, oracle)
+    with pytest.warns(DeprecationWarning, match="dynamics='simulated', simulator=agent"):
+        wrapped = envace_gym.SelfRehearsal(env, oracle)
     reward, info, infos = play(wrapped, oracle, "5")
     assert all(i["role"] == "act" for i in infos)
     assert sum(len(i["tool_calls"]) for i in infos) == 5
     assert reward == 1.0
+    # its replacement: the same world, the agent answering inside step
+    env = gym.make("EnvACE/tau2-retail-v0", dynamics="simulated", simulator="oracle")
+    reward, info, infos = play(env, agents.load("oracle", env=env), "5")
+    assert all(i["role"] == "act" for i in infos) and reward == 1.0
+    assert {c["source"] for i in infos for c in i["tool_calls"]} == {"simulated"}

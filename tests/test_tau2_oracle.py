@@ -12,9 +12,9 @@ from tau2_reference import tau2_reward
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.oracle import OracleAgent
-from envace_gym.envs.tau2 import get_suite
 from envace_gym.messages import format_tool_call
 from envace_gym.state import model_diff
+from envace_gym.suites.tau2 import get_suite
 
 COUNTS = {"retail": 114, "airline": 50, "telecom": 114}
 
@@ -217,8 +217,8 @@ def test_the_scripted_user_speaks_in_the_first_person_and_the_oracle_still_score
 
 
 def test_first_person_pronouns_and_what_stays_as_written():
-    from envace_gym.envs.tau2.mock_office import OfficeSuite
-    from envace_gym.envs.tau2.users import ScriptedUser, scenario_parts, spoken
+    from envace_gym.suites.tau2.mock_office import OfficeSuite
+    from envace_gym.suites.tau2.users import ScriptedUser, scenario_parts, spoken
 
     assert spoken(
         "You want to return it (but do not reveal it to the agent). If the agent asks, say no. You name is Ana, "

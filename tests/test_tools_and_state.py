@@ -3,10 +3,10 @@ import copy
 import numpy as np
 import pytest
 
-from envace_gym.envs.tau2 import DOMAINS, get_suite
 from envace_gym.errors import ErrorCode
 from envace_gym.messages import ToolCall
 from envace_gym.state import CowMapping, dump
+from envace_gym.suites.tau2 import DOMAINS, get_suite
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -88,8 +88,8 @@ def _mutations(arguments: dict, rng) -> list[dict]:
 
 def test_fast_validator_agrees_with_jsonschema_on_every_suite_tool():
     """The compiled validator (fastjsonschema) and jsonschema agree on valid and broken calls."""
-    from envace_gym.envs.bfcl import get_suite as bfcl_suite
-    from envace_gym.envs.tau2 import get_suite as tau2_suite
+    from envace_gym.suites.bfcl import get_suite as bfcl_suite
+    from envace_gym.suites.tau2 import get_suite as tau2_suite
 
     toolsets = []
     for domain in ("retail", "airline", "telecom", "mock"):

@@ -7,9 +7,9 @@ import pytest
 from conftest import FakeChatServer
 
 import envace_gym  # noqa: F401
-from envace_gym.envs.tau2 import get_suite
-from envace_gym.envs.tau2.users import LLMUser, ScriptedUser
 from envace_gym.openai_client import ModelServerError
+from envace_gym.suites.tau2 import get_suite
+from envace_gym.suites.tau2.users import LLMUser, ScriptedUser
 
 
 def test_scripted_user_opening_identity_and_confirmation():

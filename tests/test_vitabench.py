@@ -374,7 +374,7 @@ def vitabench_evaluation(monkeypatch, episode, replies):
 def test_the_judge_sends_vitabench_evaluator_prompts_and_scores_as_it_does(server, monkeypatch, recorded, replies):
     from vita.data_model.tasks import RewardType
 
-    from envace_gym.envs.vitabench.reward import VitaBenchReward
+    from envace_gym.suites.vitabench.reward import VitaBenchReward
 
     url, _ = server
     sent, theirs = vitabench_evaluation(monkeypatch, recorded, replies)
@@ -388,7 +388,7 @@ def test_the_judge_sends_vitabench_evaluator_prompts_and_scores_as_it_does(serve
 
 
 def test_a_malformed_or_unreachable_judge_is_a_clear_error_and_the_episode_is_kept(server, recorded):
-    from envace_gym.envs.vitabench.reward import VitaBenchReward
+    from envace_gym.suites.vitabench.reward import VitaBenchReward
 
     url, _ = server
     FakeChatServer.replies = [{"role": "assistant", "content": "I would rather not say."}]
@@ -400,8 +400,8 @@ def test_a_malformed_or_unreachable_judge_is_a_clear_error_and_the_episode_is_ke
 
 
 def test_a_structured_judge_is_sent_vitabench_reply_format_as_a_json_schema(server, recorded):
-    from envace_gym.envs.vitabench.source import judge_options
     from envace_gym.rewards import resolve_reward
+    from envace_gym.suites.vitabench.source import judge_options
 
     url, _ = server
     FakeChatServer.replies = [{"role": "assistant", "content": _verdict([0, 1, 2, 3, 4])}] * 2
@@ -458,7 +458,7 @@ def test_hostile_calls_never_raise_and_rejected_ones_change_nothing(fuzzed, name
 def test_the_scripted_user_answers_a_question_with_the_sentence_it_is_about():
     from types import SimpleNamespace
 
-    from envace_gym.envs.vitabench.users import ScriptedUser
+    from envace_gym.suites.vitabench.users import ScriptedUser
 
     instructions = (
         "You want to order two bowls of beef noodles from a noodle shop near your office. "
@@ -566,18 +566,18 @@ def new_suites(new_root, monkeypatch):
     is when ``VITABENCH_ROOT`` names that checkout (this process loaded VitaBench from the snapshot)."""
     from vita.utils import utils
 
-    from envace_gym.envs.vitabench.suite import VitaSuite
+    from envace_gym.suites.vitabench.suite import VitaSuite
 
     monkeypatch.setattr(utils, "DOMAIN_DIR", new_root / "data" / "vita" / "domains")
     return {"ota": VitaSuite("ota"), "cross_domain": VitaSuite("cross_domain")}
 
 
 def test_without_their_task_files_the_ota_and_cross_domain_suites_name_the_missing_file():
-    from envace_gym.envs.vitabench import make_env
+    from envace_gym.suites.vitabench.suite import get_suite
 
     for domain in ("ota", "cross_domain"):
         with pytest.raises(ImportError, match=rf"has no {domain} tasks: .*/{domain}/tasks_en\.json is missing"):
-            make_env(domain)
+            get_suite(domain)
 
 
 @pytest.mark.parametrize("dynamics", ["real", "rehearsed"])
@@ -629,9 +629,10 @@ def test_a_cross_domain_fork_has_its_own_merged_world(new_suites):
 def test_vitabench_root_with_the_files_gives_the_ota_and_cross_domain_suites(new_root):
     """VITABENCH_ROOT naming the checkout is all it takes: its code (linked) and its task files are found."""
     script = (
-        "from envace_gym.envs.vitabench import make_env\n"
+        "from envace_gym import EnvACEEnv\n"
+        "from envace_gym.suites.vitabench.suite import get_suite\n"
         "for d in ('ota', 'cross_domain'):\n"
-        "    env = make_env(d)\n"
+        "    env = EnvACEEnv(get_suite(d))\n"
         "    print(d, env.unwrapped.task_ids, len(env.unwrapped.tools.schemas))\n"
     )
     done = subprocess.run(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -42,7 +42,7 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
     if name == "oracle" and isinstance(env, gym.vector.VectorEnv):
         from envace_gym.agents.vector import VectorOracle
 
-        return VectorOracle(env)
+        return VectorOracle(cast("gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv", env))  # as make_vec gives
     if name in AGENTS:
         return AGENTS[name](env, **check_kwargs(AGENTS[name], name, kwargs))
     if name == "smollm2":
@@ -108,7 +108,7 @@ def _fits(value: Any, kind: type) -> bool:
     return isinstance(value, kind) or (kind is float and isinstance(value, int))
 
 
-def check_kwargs(cls: type, name: str, kwargs: dict) -> dict:
+def check_kwargs(cls: type[Any], name: str, kwargs: dict) -> dict:
     """``kwargs`` if ``cls`` takes each of them with a value of its annotated type (checked for
     ``bool``, ``int``, ``float`` and ``str`` annotations, and their optional forms), else one
     ValueError naming the agent, the keyword and what it takes."""

@@ -7,11 +7,15 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from envace_gym.agents.prompting import Generation, TokenAgent, completion
 from envace_gym.cache import cache_dir as default_cache_dir
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 from envace_gym.settings import COUNT, NONNEGATIVE, Range, check_number
+
+if TYPE_CHECKING:
+    from transformers.generation import GenerateDecoderOnlyOutput
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PLAY_SETTINGS = "envace.json"  # in a checkpoint of `train`: the env, turn limit and tokens per turn it trained with
@@ -100,11 +104,11 @@ class HFAgent(TokenAgent):
         self.model = model or AutoModelForCausalLM.from_pretrained(
             where, dtype=getattr(torch, dtype) if dtype else None, **kwargs
         )
-        self.model.to(device).eval()
+        self.model.to(device).eval()  # type: ignore[arg-type]  # transformers types `to` as a wrapper of Module.to
         self.device, self.batch_size = device, batch_size
         if max_new_tokens is None:
             max_new_tokens = play_settings(where).get("max_new_tokens", 256)
-        self.sampling = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0}
+        self.sampling: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0}
         if temperature > 0:  # top_k=0: no hidden top-50 cut (transformers' default when sampling)
             self.sampling.update(temperature=temperature, top_p=top_p, top_k=0)
         if seed is not None:
@@ -121,17 +125,21 @@ class HFAgent(TokenAgent):
         import torch
 
         enc = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(self.device)
-        extra = {}
+        extra: dict[str, Any] = {}
         if any(stops):
             extra = {"stop_strings": sorted({s for s in stops if s}), "tokenizer": self.tokenizer}
         with torch.no_grad():
-            result = self.model.generate(
-                **enc,
-                **self.sampling,
-                **extra,
-                output_logits=True,
-                return_dict_in_generate=True,
-                pad_token_id=self.tokenizer.pad_token_id,
+            # a decoder-only model's output, as return_dict_in_generate asks
+            result = cast(
+                "GenerateDecoderOnlyOutput",
+                self.model.generate(  # type: ignore[misc]  # transformers' self type: a protocol its models miss
+                    **enc,
+                    **self.sampling,
+                    **extra,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                ),
             )
         width = enc["input_ids"].shape[1]
         chosen = result.sequences[:, width:]

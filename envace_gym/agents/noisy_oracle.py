@@ -136,10 +136,12 @@ class NoisyOracle(OracleAgent):
         if digits:
             i = self.rng.choice(digits)
             return value[:i] + self.rng.choice([d for d in "0123456789" if d != value[i]]) + value[i + 1 :]
+        episode = self._unwrapped.episode
+        assert episode is not None  # asked during an episode
         pool = sorted(
             {
                 v
-                for c in self._unwrapped.suite.grader.gold_calls(self._unwrapped.episode.task)
+                for c in self._unwrapped.suite.grader.gold_calls(episode.task)
                 for _, v in _leaves(c["arguments"])
                 if isinstance(v, str) and v != value and not re.search(r"\d", v)
             }

@@ -11,8 +11,9 @@ import gymnasium as gym
 
 from envace_gym.agents.base import Agent
 from envace_gym.env import EnvACEEnv
-from envace_gym.episode import recording_key
+from envace_gym.episode import Episode, recording_key
 from envace_gym.messages import parse_act
+from envace_gym.wrappers import unwrap
 
 
 def _step_needs(step: Any) -> tuple[bool, Counter]:
@@ -50,13 +51,13 @@ class OracleAgent(Agent):
                 "play a remote env with a model agent, or with actions recorded in process"
             )
         self.env = env
-        self._episode = None
+        self._episode: Episode | None = None
         self._plan: list = []
         self._opening = 0
 
     @property
     def _unwrapped(self) -> EnvACEEnv:
-        return self.env.unwrapped
+        return unwrap(self.env)
 
     def bind(self, env: gym.Env) -> OracleAgent:
         clone = copy.copy(self)
@@ -69,6 +70,7 @@ class OracleAgent(Agent):
             call = obs["tool_call"]
             return env.real_response(call["name"], call["arguments"]).content
         if env.episode is not self._episode:
+            assert env.episode is not None  # a turn of an episode
             self._episode, task = env.episode, env.episode.task
             env.suite.grader.require_gold(task)
             self._plan = env.suite.grader.oracle_plan(task)
@@ -85,6 +87,7 @@ class OracleAgent(Agent):
         once the assistant said it; each made call or said message does one step. So foreign
         turns (a hostile or private-rehearsal agent's) skip no gold step, in forks too."""
         episode = self._unwrapped.episode
+        assert episode is not None  # asked during an episode
         made = Counter(recording_key(c.name, c.arguments) for c in episode.calls if c.requestor == "assistant")
         said = Counter(
             (m.get("content") or "").strip() for m in episode.messages[self._opening :] if m["role"] == "assistant"

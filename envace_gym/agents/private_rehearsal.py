@@ -8,12 +8,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 
 from envace_gym.agents.base import Agent
 from envace_gym.agents.prompting import TokenAgent
+from envace_gym.episode import Episode
 from envace_gym.messages import assistant_message, parse_act, transcript
+from envace_gym.wrappers import unwrap
 
 MODES = ("parallel", "sequential")
 SELECTS = ("memory", "best", "vote")
@@ -241,10 +244,10 @@ class PrivateRehearsal(Agent):
         if horizon is not None and (not isinstance(horizon, int) or horizon < 1):
             raise ValueError(f"horizon must be None or an integer >= 1, got {horizon!r}")
         rehearser = world_model or agent
-        if budget and rehearser.runs_worlds and not env.unwrapped.suite.private_worlds:
+        if budget and rehearser.runs_worlds and not unwrap(env).suite.private_worlds:
             raise ValueError(
                 f"the {rehearser.name} world model answers by running the calls on a world, and "
-                f"{env.unwrapped.suite.name}'s worlds are server sessions whose effects leave this "
+                f"{unwrap(env).suite.name}'s worlds are server sessions whose effects leave this "
                 "process; private rehearsal runs no real call: use world_model='knn' or a model"
             )
         self.agent, self.env, self.budget, self.mode, self.select = agent, env, budget, mode, select
@@ -257,13 +260,15 @@ class PrivateRehearsal(Agent):
             if budget == 0
             else (f"{agent.name}+rehearsal(N={budget},{mode},{select},{(world_model or agent).name})")
         )
-        self._episode = None
-        self._stats, self.private_context = dict(ZERO), []
+        self._episode: Episode | None = None
+        self._stats = dict(ZERO)
+        self.private_context: list[dict] = []
 
     @property
     def info(self) -> dict:
         """The current episode's accounting, and the committed calls the world answered (``real_calls``)."""
-        calls = self.env.unwrapped.episode.calls if self.env.unwrapped.episode is not None else []
+        episode = unwrap(self.env).episode
+        calls = episode.calls if episode is not None else []
         return self.episode_stats() | {
             "real_calls": sum(c.source == "real" and c.requestor == "assistant" for c in calls)
         }
@@ -303,7 +308,7 @@ class PrivateRehearsal(Agent):
         if obs["role"] != "act" or self.budget == 0:
             return self.agent.act(obs)
         self._sync()
-        live = self.env.unwrapped
+        live = unwrap(self.env)
         if obs["messages"] != live.observation()["messages"]:
             raise ValueError("private rehearsal got an observation that is not its env's current one")
         start = time.perf_counter()
@@ -325,7 +330,7 @@ class PrivateRehearsal(Agent):
 
     # attempts --------------------------------------------------------------
     def _branch(self, seen: list[Attempt]) -> _Branch:
-        fork = self.env.unwrapped.fork(dynamics="rehearsed", reward="actions")
+        fork = unwrap(self.env).fork(dynamics="rehearsed", reward="actions")
         return _Branch(fork, self.agent.bind(fork), (self.world_model or self.agent).bind(fork), seen)
 
     def _parallel(self) -> list[Attempt]:
@@ -403,7 +408,7 @@ class PrivateRehearsal(Agent):
         counts = Counter(keys.values())
         return max(keys, key=lambda i: (counts[keys[i]], -i))
 
-    def _score(self, obs: dict, attempts: list[Attempt]) -> list[float]:
+    def _score(self, obs: dict, attempts: list[Attempt]) -> list[Any]:  # numbers, or tuples (errors)
         if callable(self.scorer):
             return self.scorer(obs, attempts)
         if self.scorer == "errors":  # fewest errors in the first turn, then in the second, ...
@@ -436,6 +441,6 @@ class PrivateRehearsal(Agent):
 
     def _sync(self) -> None:
         """Start the accounting afresh when the env has started another episode."""
-        episode = self.env.unwrapped.episode
+        episode = unwrap(self.env).episode
         if episode is not self._episode:
             self._episode, self._stats, self.private_context = episode, dict(ZERO), []

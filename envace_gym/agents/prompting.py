@@ -30,13 +30,12 @@ def is_inline_rehearsal(obs: dict) -> bool:
 
 def _control_tokens(tokenizer) -> re.Pattern | None:
     """A pattern of the tokenizer's special and added tokens (``<|im_start|>``, ``<tool_call>``)."""
-    cached = getattr(tokenizer, "_envace_control_tokens", False)
-    if cached is not False:
-        return cached
+    if hasattr(tokenizer, "_envace_control_tokens"):
+        return tokenizer._envace_control_tokens
     tokens = set(getattr(tokenizer, "all_special_tokens", []))
     tokens |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()}
-    tokens = sorted((t for t in tokens if len(t) > 1), key=len, reverse=True)
-    pattern = re.compile("|".join(map(re.escape, tokens))) if tokens else None
+    longest = sorted((t for t in tokens if len(t) > 1), key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, longest))) if longest else None
     try:
         tokenizer._envace_control_tokens = pattern
     except AttributeError:
@@ -136,7 +135,7 @@ def completion(
 class TokenAgent(Agent):
     """An agent that generates from token ids; ``tokenizer`` renders its prompts."""
 
-    tokenizer = None
+    tokenizer: Any = None  # a Hugging Face tokenizer, or one like it (vLLM's)
 
     def act(self, obs: dict) -> str:
         return self.generate([obs])[0].text

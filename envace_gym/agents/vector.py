@@ -19,7 +19,7 @@ class VectorOracle(Agent):
 
     name = "oracle"
 
-    def __init__(self, venv: gym.vector.VectorEnv):
+    def __init__(self, venv: gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv):
         self.venv = venv
 
     def act(self, obs: dict) -> str:

@@ -7,6 +7,7 @@ import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from envace_gym.agents.prompting import Generation, TokenAgent
 from envace_gym.openai_client import ChatEndpoint, ModelServerError
@@ -67,10 +68,10 @@ class VLLMAgent(TokenAgent):
         finally:
             if in_process and saved is None:
                 del os.environ[IN_PROCESS]
-            elif in_process:
+            elif in_process and saved is not None:
                 os.environ[IN_PROCESS] = saved
         self.tokenizer = self.llm.get_tokenizer()
-        self.sampling = {
+        self.sampling: dict[str, Any] = {
             "max_tokens": max_new_tokens,
             "temperature": temperature,
             "top_p": top_p,
@@ -105,15 +106,19 @@ class VLLMAgent(TokenAgent):
             self._vllm.SamplingParams(**self.sampling, n=1 if greedy else len(same), stop=[stop] if stop else None)
             for (_, stop), same in rows.items()
         ]
-        outputs = self.llm.generate([{"prompt_token_ids": list(prompt)} for prompt, _ in rows], params, use_tqdm=False)
-        gens: list[Generation] = [None] * len(prompts)
+        prompted = [self._vllm.TokensPrompt(prompt_token_ids=list(prompt)) for prompt, _ in rows]
+        outputs = self.llm.generate(prompted, params, use_tqdm=False)
+        gens: dict[int, Generation] = {}
         for same, out in zip(rows.values(), outputs):
             for k, i in enumerate(same):
                 o = out.outputs[0 if greedy else k]
                 token_ids = list(o.token_ids)
-                logprobs = [step[t].logprob for step, t in zip(o.logprobs or [], token_ids)]
+                logprobs = []
+                for step, t in zip(o.logprobs or [], token_ids):
+                    assert step is not None  # logprobs=0: each sampled token has its own
+                    logprobs.append(step[t].logprob)
                 gens[i] = Generation(_completion_text(o.text, self.tokenizer), prompts[i], token_ids, logprobs)
-        return gens
+        return [gens[i] for i in range(len(prompts))]
 
 
 class VLLMServerAgent(TokenAgent):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
-import gymnasium as gym
 import typer
 from rich.table import Table
 
 import envace_gym
+from envace_gym import registration
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, SPLIT, TASK_IDS, given_env
 from envace_gym.cli.output import console, styled, user_errors
 from envace_gym.registration import resolve_env
@@ -48,10 +48,10 @@ def list_tasks(
     """List an env's task ids (default split, or --split; 'all': every task) with a one-line summary."""
     with user_errors():
         env_id = resolve_env(given_env(env_id, env))
-        inner = gym.make(env_id).unwrapped
-        suite = inner.suite
-        ids = inner.task_ids if split is None else suite.task_ids(None if split == "all" else split)
-        rows = []
+        suite, shown, ids = registration.suite(
+            env_id, "default" if split is None else None if split == "all" else split
+        )
+        rows: list[dict[str, Any]] = []
         for task_id in ids:
             task = suite.task(task_id)
             rows.append(
@@ -64,7 +64,7 @@ def list_tasks(
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    table = Table(title=f"{env_id} · {split or inner.split or 'all'} · {len(rows)} tasks")
+    table = Table(title=f"{env_id} · {shown or 'all'} · {len(rows)} tasks")
     for column in ("task_id", "gold calls", "summary"):
         table.add_column(column, overflow="fold")
     for r in rows:
@@ -76,15 +76,14 @@ def describe(env_id: str) -> dict:
     """An id's suite, task count, default split and task count per split; for an id whose suite
     cannot load here (VitaBench without ``VITABENCH_ROOT``), why not."""
     try:
-        env = gym.make(env_id).unwrapped
+        suite, default_split, _ = registration.suite(env_id)
     except ImportError as e:
         return {"id": env_id, "suite": None, "tasks": None, "default_split": None, "splits": {}, "unavailable": str(e)}
-    suite = env.suite
     return {
         "id": env_id,
         "suite": suite.name,
         "tasks": len(suite.task_ids(None)),
-        "default_split": env.split,
+        "default_split": default_split,
         "splits": {split: len(suite.task_ids(split)) for split in suite.splits()},
     }
 

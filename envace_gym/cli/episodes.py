@@ -25,6 +25,7 @@ from envace_gym.registration import resolve_env
 from envace_gym.runner import make_envs
 from envace_gym.runs import Run, RunConfig, check_not_written, env_kwargs, records_file
 from envace_gym.settings import check_least
+from envace_gym.wrappers import unwrap
 
 RUN_FIELDS = {"env_id": None}  # given as ENV_ID or --env: RUN_PARAMS
 RUN_PARAMS = (param("env_id", ENV_ARG, None), param("env", ENV_OPT, None))
@@ -70,8 +71,8 @@ def run(options: dict, env_id: str | None, env: str | None) -> None:
                     soft_wrap=True,
                 )
                 raise typer.Exit(130) from None
-    for env in job.envs:  # an MCP env's servers stop with it, not when the process ends
-        env.close()
+    for played in job.envs:  # an MCP env's servers stop with it, not when the process ends
+        played.close()
     if not records:
         fail("no episode to run")
     print_run(job, records)
@@ -205,7 +206,7 @@ def compare(
         env_id = resolve_env(given)
         make_kwargs = env_kwargs(env_id, split, task_ids, dynamics="shadow")
         (shadow,) = make_envs(env_id, 1, **make_kwargs)
-        ids = shadow.unwrapped.task_ids[:limit]
+        ids = unwrap(shadow).task_ids[:limit]
         if workers is None:
             acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
             stream = compare_calls(shadow, acting, rehearsing, ids, seed=seed)

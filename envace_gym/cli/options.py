@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Annotated, Any, Optional, Union, get_args, get_origin, get_type_hints
 
@@ -75,7 +75,7 @@ def option_type(hint: Any) -> Any:
     return Optional[first] if type(None) in args else first
 
 
-def _given(cls: type, declared: dict[str, Given | None]) -> dict[str, Given | None]:
+def _given(cls: type, declared: Mapping[str, Given | None]) -> dict[str, Given | None]:
     """Each field's :class:`Given`: the declared one (None: not an option, the command gives it),
     :data:`PAIRS` for a dict, else the field as it is."""
     hints = get_type_hints(cls)
@@ -85,7 +85,7 @@ def _given(cls: type, declared: dict[str, Given | None]) -> dict[str, Given | No
     }
 
 
-def config_params(cls: type, declared: dict[str, Given | None]) -> list[inspect.Parameter]:
+def config_params(cls: type, declared: Mapping[str, Given | None]) -> list[inspect.Parameter]:
     """One keyword parameter, annotated as a typer option, per field of the dataclass ``cls``."""
     hints, given = get_type_hints(cls), _given(cls, declared)
     params = []
@@ -93,8 +93,10 @@ def config_params(cls: type, declared: dict[str, Given | None]) -> list[inspect.
         how = given[f.name]
         if how is None:
             continue
-        if f.default is not MISSING or f.default_factory is not MISSING:
-            default = how.to_option(f.default if f.default is not MISSING else f.default_factory())
+        if f.default is not MISSING:
+            default = how.to_option(f.default)
+        elif f.default_factory is not MISSING:
+            default = how.to_option(f.default_factory())
         else:
             default = how.default
         option = typer.Option(*how.decls, help=f.metadata.get("help"))
@@ -109,7 +111,7 @@ def config_params(cls: type, declared: dict[str, Given | None]) -> list[inspect.
     return params
 
 
-def config_from(cls: type, values: dict, declared: dict[str, Given | None]):
+def config_from(cls: type, values: dict, declared: Mapping[str, Given | None]):
     """The ``cls`` config of a command's option values (and the fields the command gives itself)."""
     given = _given(cls, declared)
     return cls(**{name: (given[name] or Given()).to_field(value) for name, value in values.items()})
@@ -118,7 +120,7 @@ def config_from(cls: type, values: dict, declared: dict[str, Given | None]):
 def config_command(
     body: Callable,
     cls: type,
-    declared: dict[str, Given | None],
+    declared: Mapping[str, Given | None],
     first: tuple[inspect.Parameter, ...] = (),
     last: tuple[inspect.Parameter, ...] = (),
 ) -> Callable:
@@ -131,7 +133,8 @@ def config_command(
         return body({k: v for k, v in values.items() if k not in own}, **{k: values[k] for k in own})
 
     command.__name__, command.__doc__ = body.__name__, body.__doc__
-    command.__signature__ = inspect.Signature([*first, *config_params(cls, declared), *last])
+    # inspect reads __signature__ from any object; typeshed's functions do not declare it
+    command.__signature__ = inspect.Signature([*first, *config_params(cls, declared), *last])  # type: ignore[attr-defined]
     return command
 
 

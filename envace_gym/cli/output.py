@@ -41,7 +41,7 @@ def user_errors(*more: type[Exception]):
     (``ENVACE_TRACEBACK=1``: the traceback instead)."""
     try:
         yield
-    except (*USER_ERRORS, *more) as e:
+    except USER_ERRORS + more as e:
         if os.environ.get("ENVACE_TRACEBACK"):
             raise
         message = e.args[0] if isinstance(e, KeyError) and e.args else e  # a KeyError's str() is a repr

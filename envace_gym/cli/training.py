@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import gymnasium as gym
 import typer
 
+from envace_gym import registration
 from envace_gym.cli.options import ALL_IS_NONE, COMMAS, DEFAULT_ENV, Given, config_from, param
 from envace_gym.cli.output import console, progress, styled, user_errors
 from envace_gym.registration import resolve_env
@@ -31,7 +31,7 @@ RESUME = param(
 
 def check_split(env_id: str, *splits: str | None) -> None:
     """Refuse, naming the suite's splits, a split that ``env_id``'s suite does not have."""
-    suite = gym.make(env_id).unwrapped.suite
+    suite = registration.suite(env_id).suite
     for split in splits:
         if split is not None and split not in suite.splits():
             raise ValueError(

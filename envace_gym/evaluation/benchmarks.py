@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from envace_gym.envs.bfcl import categories as bfcl_categories
+from envace_gym.suites.bfcl import categories as bfcl_categories
 
 BFCL_PREFIX = "EnvACE/bfcl-"
 
@@ -38,7 +38,7 @@ def bfcl_summary_helpers():
     name = "bfcl_eval.constants.model_config"
     if "bfcl_eval.eval_checker.eval_runner_helper" not in sys.modules and name not in sys.modules:
         sys.modules[name] = types.ModuleType(name, "not loaded: the vendor SDKs are absent")
-        sys.modules[name].MODEL_CONFIG_MAPPING = {}  # type: ignore[attr-defined]
+        sys.modules[name].MODEL_CONFIG_MAPPING = {}
         try:
             import bfcl_eval.eval_checker.eval_runner_helper  # noqa: F401
         finally:
@@ -173,7 +173,7 @@ PAPER = (
 def _format_sensitivity(records: dict[str, list[dict]]) -> dict:
     """bfcl-eval's format-sensitivity report: the accuracy over every task, then the spread of the formats'
     accuracies (``max delta``, ``std``) and each format's, as its leaderboard's own table shows them."""
-    from envace_gym.envs.bfcl.format_sensitivity import format_sensitivity_score
+    from envace_gym.suites.bfcl.format_sensitivity import format_sensitivity_score
 
     by_task: dict[str, list[float]] = {}
     for rows in records.values():

@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 
-from envace_gym import agents
+from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
 from envace_gym.compare import compare_calls
 from envace_gym.evaluation.benchmarks import KNOWN, PAPER, Benchmark, absent_category, domain_name, own_benchmark
@@ -33,6 +34,7 @@ from envace_gym.registration import resolve_env
 from envace_gym.runs import Run, RunConfig, check_not_written, given_ids
 from envace_gym.settings import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.specs import parse_spec
+from envace_gym.wrappers import unwrap
 
 
 @dataclass
@@ -80,10 +82,8 @@ def benchmarks(suites: list[str]) -> list[Benchmark]:
         if name.endswith((".json", ".jsonl")):
             if not Path(name).is_file():
                 raise ValueError(f"no FinMCP-Bench file at {name!r}")
-            from envace_gym.envs.mcp import register_finmcp
-
             file = Path(name).resolve()
-            name = register_finmcp(file, distinct=stems[file.stem] > 1)
+            name = registration.register_finmcp(file, distinct=stems[file.stem] > 1)
         elif name != "paper" and resolve_env(name) not in gym.registry:
             raise ValueError(f"unknown suite {name!r}: give paper, a registered env id (envace-gym list) or a file")
         for b in KNOWN if name == "paper" else [next((b for b in KNOWN if name in b.env_ids), None)]:
@@ -255,9 +255,10 @@ class Evaluation:
 
     def _compared(self, b: Benchmark, env_id: str, rehearser: str, failures: list, on_call) -> list[dict]:
         c = self.config
-        env = gym.make(env_id, **({"split": b.split} if b.split else {}))
+        split: dict[str, Any] = {"split": b.split} if b.split else {}
+        env = gym.make(env_id, **split)
         with closing(env):
-            inner = env.unwrapped
+            inner = unwrap(env)
             tasks = inner.task_ids[: c.limit]
             gold = all(inner.suite.has_gold(inner.suite.task(t)) for t in tasks)
             actor = self._load("oracle" if gold else c.agent, env)
@@ -347,8 +348,7 @@ class Evaluation:
 def task_count(env_id: str, split: str | None) -> int | None:
     """How many tasks an env that was not run has in ``split`` (None where it cannot be made here)."""
     try:
-        with closing(gym.make(env_id, **({"split": split} if split else {}))) as env:
-            return len(env.unwrapped.task_ids)
+        return len(registration.suite(env_id, split or "default").task_ids)
     except Exception:  # its data or its code may be absent here: the count is unknown, not an error
         return None
 

@@ -30,18 +30,25 @@ class BenchmarkResult(BaseModel):
         default_factory=dict,
         description="Per env (or BFCL category) of the whole benchmark: 'N/M tasks' played, or not run or wrapped.",
     )
-    tasks: int = Field(0, description="Distinct tasks played.")
-    full_tasks: int | None = Field(None, description="The whole benchmark's tasks; None where a count is unknown.")
+    tasks: int = Field(default=0, description="Distinct tasks played.")
+    full_tasks: int | None = Field(
+        default=None, description="The whole benchmark's tasks; None where a count is unknown."
+    )
     partial: bool = Field(
-        False, description="The score covers less than the whole benchmark (the paper's row): not comparable with it."
+        default=False,
+        description="The score covers less than the whole benchmark (the paper's row): not comparable with it.",
     )
     stand_in: dict[str, str] = Field(
         default_factory=dict,
         description="Envs scored on a stand-in for their real backend (web search's offline corpus), and which.",
     )
-    in_overall: bool = Field(True, description="False: reported in a table of its own, outside the overall.")
-    rehearsed_score: float | None = Field(None, description="With --rehearse N: the score under private rehearsal.")
-    rehearsed_real_calls: int | None = Field(None, description="With --rehearse N: the real calls of those runs.")
+    in_overall: bool = Field(default=True, description="False: reported in a table of its own, outside the overall.")
+    rehearsed_score: float | None = Field(
+        default=None, description="With --rehearse N: the score under private rehearsal."
+    )
+    rehearsed_real_calls: int | None = Field(
+        default=None, description="With --rehearse N: the real calls of those runs."
+    )
 
 
 class WorldModelRow(BaseModel):
@@ -58,7 +65,7 @@ class WorldModelRow(BaseModel):
     state_dependent_calls: int = Field(description="Calls whose real answer depends on the episode's earlier calls.")
     state_dependent_leaf_match: float | None = Field(description="leaf_match over those calls alone.")
     by_tool: dict[str, dict[str, float]] = Field(description="leaf_match and calls per tool.")
-    skipped: str | None = Field(None, description="Why this row has no calls, if it has none.")
+    skipped: str | None = Field(default=None, description="Why this row has no calls, if it has none.")
     failed: dict[str, int] = Field(
         default_factory=dict,
         description="Shadow episodes the world model failed in, by error: each ended there, its earlier calls kept.",
@@ -126,8 +133,10 @@ def markdown(results: EvalResults) -> str:
             + " | ".join(_cell(b.rehearsed_score) for b in table)
             + f" | {_cell(overall([b.model_copy(update={'score': b.rehearsed_score}) for b in table]))} |"
         )
-    for model, row in results.reported.items():
-        lines.append(f"| {model} (reported) | " + " | ".join(_cell(row.get(n)) for n in [*names, "overall"]) + " |")
+    for model, reported in results.reported.items():
+        lines.append(
+            f"| {model} (reported) | " + " | ".join(_cell(reported.get(n)) for n in [*names, "overall"]) + " |"
+        )
     partial = [b.name for b in results.benchmarks if b.partial and b.score is not None]
     if partial or (results.overall is not None and not results.comparable):
         lines += [

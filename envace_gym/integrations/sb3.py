@@ -35,6 +35,7 @@ import gymnasium as gym
 import numpy as np
 
 from envace_gym.messages import format_tool_call, parse_act
+from envace_gym.wrappers import unwrap
 
 STOP = "###STOP###"  # tau2's end-of-conversation token; other suites read it as plain text
 ID_RE = re.compile(r"#\w*\d\w*|\b[A-Za-z][A-Za-z0-9]*[_-][A-Za-z0-9_-]*\d[A-Za-z0-9_-]*\b")
@@ -276,7 +277,7 @@ class CandidateEnv(gym.Wrapper):
         self.max_rehearsals = max_rehearsals
         self._candidates_fn = candidates
         # one-hot slots in the suite's tool order (tools past max_tools share the last slot)
-        self._tool_index = {name: min(i, max_tools - 1) for i, name in enumerate(env.unwrapped.tools.names)}
+        self._tool_index = {name: min(i, max_tools - 1) for i, name in enumerate(unwrap(env).tools.names)}
         self.n_features = len(CANDIDATE_FEATURES) + max_tools
         self.action_space = gym.spaces.Discrete(max_candidates)
         size = max_candidates * self.n_features + len(GLOBAL_FEATURES)
@@ -331,7 +332,8 @@ class CandidateEnv(gym.Wrapper):
         if self._candidates_fn is not None:
             found = self._candidates_fn(obs)
         else:
-            inner = self.env.unwrapped
+            inner = unwrap(self.env)
+            assert inner.episode is not None  # asked during an episode
             suite = inner.suite
             if hasattr(suite, "candidate_actions"):
                 found = suite.candidate_actions(inner.episode.task, obs)
@@ -446,11 +448,15 @@ def _candidate_policy() -> type:
         row, so what it learns about a candidate holds in every slot (``policy_kwargs``:
         ``n_candidates``, the env's ``max_candidates``, and ``hidden``)."""
 
+        # SB3 declares an MlpExtractor; any module with its latent sizes and forward methods serves
+        mlp_extractor: CandidateScorer  # type: ignore[assignment]
+
         def __init__(self, *args, n_candidates: int = 32, hidden: int = 64, **kwargs):
             self.n_candidates, self.hidden = n_candidates, hidden
             super().__init__(*args, **kwargs)
 
         def _build_mlp_extractor(self) -> None:
+            assert self.observation_space.shape is not None  # CandidateEnv's Box
             size = int(np.prod(self.observation_space.shape)) - len(GLOBAL_FEATURES)
             if size % self.n_candidates:
                 raise ValueError(
@@ -466,7 +472,9 @@ def _candidate_policy() -> type:
             self.action_net = nn.Identity()  # the scores are the logits
             nn.init.orthogonal_(self.mlp_extractor.score.weight, gain=0.01)
             nn.init.zeros_(self.mlp_extractor.score.bias)
-            self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+            self.optimizer = self.optimizer_class(  # type: ignore[call-arg]  # SB3 types it as the base Optimizer
+                self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
+            )
 
     return CandidatePolicy
 

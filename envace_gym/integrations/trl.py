@@ -32,6 +32,7 @@ import json
 import keyword
 import re
 import warnings
+from types import GenericAlias
 from typing import Any, Literal, Union
 
 import gymnasium as gym
@@ -43,6 +44,7 @@ from envace_gym.messages import assistant_message
 from envace_gym.training.config import ROLES
 from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import collect
+from envace_gym.wrappers import unwrap
 
 # dynamics whose tool responses come out of ``step`` itself, so out of TRL's tool loop
 TOOL_LOOP_DYNAMICS = tuple(name for name, d in DYNAMICS.items() if not d.rehearses)
@@ -63,7 +65,7 @@ RESPONSE_TEMPLATE = {
     },
 }
 
-_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "null": type(None)}
+_TYPES: dict[object, type] = {"string": str, "integer": int, "number": float, "boolean": bool, "null": type(None)}
 
 
 def make_dataset(env_id: str, limit: int | None = None, **make_kwargs: Any):
@@ -78,7 +80,7 @@ def make_dataset(env_id: str, limit: int | None = None, **make_kwargs: Any):
 
     env = gym.make(env_id, **make_kwargs)
     rows = []
-    for task_id in env.unwrapped.task_ids[:limit]:
+    for task_id in unwrap(env).task_ids[:limit]:
         obs, _ = env.reset(seed=0, options={"task_id": task_id})
         first, *rest = obs["messages"]
         rows.append({"prompt": [{**first, "task_id": task_id}, *rest], "task_id": task_id})
@@ -115,7 +117,7 @@ class EnvironmentTools:
         """Start the episode of the dataset row's ``task_id`` (a random task if None); the row's
         ``prompt`` holds its opening messages, so nothing is appended to them."""
         self.env.reset(seed=seed, options={} if task_id is None else {"task_id": task_id})
-        if self.env.unwrapped.tools.schemas != self._schemas:
+        if unwrap(self.env).tools.schemas != self._schemas:
             raise ValueError(
                 f"task {task_id!r} of {self._env_id} has other tools than its first task; "
                 "environment_factory needs one tool set: use EpisodeRollout"
@@ -126,14 +128,15 @@ class EnvironmentTools:
         """The env's terminal reward. TRL's tool loop is over when this is called: an episode
         still running ends here (``ended_by="agent_done"``) and is scored as it stands."""
         if self._reward is None:
-            self._reward, info = self.env.unwrapped.finish("agent_done")
+            self._reward, info = unwrap(self.env).finish("agent_done")
             if "error" in info:  # as in step: a failing evaluator or judge scores 0
                 warnings.warn(f"task {info['task_id']}: scored 0: {info['error']}", stacklevel=2)
         return self._reward
 
     def _reply(self, text: str) -> None:
         """The message that ended TRL's tool loop, added to the episode if it is still running."""
-        episode = self.env.unwrapped.episode
+        episode = unwrap(self.env).episode
+        assert episode is not None  # TRL's tool loop runs in an episode
         if episode.ended_by is None and text:
             episode.messages.append(assistant_message(text, []))
 
@@ -161,7 +164,7 @@ def environment_factory(env_id: str, **make_kwargs: Any) -> type[EnvironmentTool
     The env must answer calls within ``step`` (dynamics ``real``, ``replay`` or ``simulated``)
     and have one tool set for all its tasks (tau2's domains, the mock-gen tasks).
     """
-    probe = gym.make(env_id, **make_kwargs).unwrapped
+    probe = unwrap(gym.make(env_id, **make_kwargs))
     if probe.suite.one_step:
         raise ValueError(
             f"{env_id} is single-turn (its calls are scored, never run): give GRPOTrainer a reward "
@@ -226,7 +229,7 @@ def _tool_method(function: dict):
             )
         lines.append(f"    {key}: {text}")
     tool.__name__ = tool.__qualname__ = name
-    tool.__signature__ = inspect.Signature(signature)
+    tool.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]  # read by inspect; not in typeshed
     tool.__annotations__ = {p.name: p.annotation for p in signature[1:]}
     tool.__doc__ = (function.get("description") or name) + ("\n\nArgs:\n" + "\n".join(lines) if lines else "")
     return tool
@@ -251,11 +254,11 @@ def _hint(schema: Any) -> tuple[Any, bool]:
         return Union[tuple(h for h, _ in hints)], all(exact for _, exact in hints)  # noqa: UP007 (built at run time)
     if kind == "array":
         inner, exact = _hint(schema.get("items"))
-        return list[inner], exact
+        return GenericAlias(list, (inner,)), exact
     if kind == "object":
         extra = schema.get("additionalProperties")
         inner, exact = _hint(extra) if isinstance(extra, dict) else (Any, True)
-        return dict[str, inner], exact and not schema.get("properties")
+        return GenericAlias(dict, (str, inner)), exact and not schema.get("properties")
     return _TYPES.get(kind, Any), True
 
 
@@ -299,7 +302,7 @@ class EpisodeRollout:
         self.trained = {ROLE_IDS[role] for role in roles}
         self._calls = 0
         self._envs = [gym.make(env_id, **make_kwargs)]
-        if self._envs[0].unwrapped.rehearsal_format != "inline":
+        if unwrap(self._envs[0]).rehearsal_format != "inline":
             raise ValueError("EpisodeRollout needs rehearsal_format='inline': TRL trains one row per episode")
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:

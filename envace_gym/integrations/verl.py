@@ -37,6 +37,7 @@ from verl.trainer.ppo import core_algos
 from envace_gym.agents.prompting import Generation, TokenAgent, completion
 from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import Rollout, collect
+from envace_gym.wrappers import unwrap
 
 ESTIMATOR = "envace_rolewise"
 GENERATION_SECONDS = 600.0  # one generation's wait on the server manager
@@ -57,7 +58,7 @@ def dataset_rows(env_id: str, split: str | None = None, limit: int | None = None
     ``prompt`` (verl tokenizes it for its length filters; the loop renders the env's own observation),
     ``agent_name`` ``envace`` and the :class:`EpisodeSpec` in ``extra_info``."""
     kwargs = {**({"split": split} if split else {}), **env_kwargs}
-    env = gym.make(env_id, **kwargs).unwrapped
+    env = unwrap(gym.make(env_id, **kwargs))
     rows = []
     for i, task_id in enumerate(env.task_ids[:limit]):
         obs, _ = env.reset(seed=i, options={"task_id": task_id})
@@ -149,7 +150,7 @@ class EnvACEAgentLoop(AgentLoopBase):
         if self._idle.get(key):
             return key, self._idle[key].pop()
         env = gym.make(spec.env_id, **spec.env_kwargs)
-        if env.unwrapped.rehearsal_format == "prompted":
+        if unwrap(env).rehearsal_format == "prompted":
             raise ValueError(
                 "the envace loop returns one sequence per episode; prompted rehearsal makes a row per "
                 "rehearse generation: give env_kwargs rehearsal_format='inline'"
@@ -294,5 +295,5 @@ def install() -> None:
         data.batch["advantages"], data.batch["returns"] = advantages, returns
         return data
 
-    compute_advantage.envace = True
+    setattr(compute_advantage, "envace", True)  # noqa: B010 (an attribute functions are not typed to have)
     ray_trainer.compute_advantage = compute_advantage

@@ -10,6 +10,7 @@ import gymnasium as gym
 from envace_gym import agents
 from envace_gym.compare import compare_calls
 from envace_gym.rewards import actions_share_reward
+from envace_gym.wrappers import unwrap
 
 
 def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
@@ -30,7 +31,9 @@ def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
                 valid += bool(calls) and all(c["error"] is None for c in calls)
             done = terminated or truncated
         rewards.append(reward)
-        shares.append(actions_share_reward(env.unwrapped.episode)[0])
+        episode = unwrap(env).episode
+        assert episode is not None  # the one just played
+        shares.append(actions_share_reward(episode)[0])
     return {
         "reward": statistics.fmean(rewards),
         "gold_share": statistics.fmean(shares),

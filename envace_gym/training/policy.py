@@ -12,10 +12,13 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
 from envace_gym import agents
+from envace_gym.agents.hf import HFAgent
+from envace_gym.agents.prompting import TokenAgent
 from envace_gym.records import rows as jsonl_rows
 from envace_gym.records import training_figure, write_record
 from envace_gym.training import checkpoint, sharding
@@ -63,19 +66,18 @@ class Policy:
             from transformers import AutoModelForCausalLM
 
             spec = model.removeprefix("vllm:")
-            self.agent = agents.load(model, **sampling, **(engine_kwargs or {}))
+            self.agent: TokenAgent = cast(TokenAgent, agents.load(model, **sampling, **(engine_kwargs or {})))
             weights = AutoModelForCausalLM.from_pretrained(spec.rpartition("@")[0] or spec, dtype=torch.float32).to(
-                device
+                device  # type: ignore[arg-type]  # transformers types `to` as a wrapper of Module.to
             )
         else:
-            self.agent = agents.load(
-                model, **sampling, **({"device": device} if model.startswith(("hf:", "smollm2")) else {})
-            )
-            weights = self.agent.model
+            placed: dict[str, Any] = {"device": device} if model.startswith(("hf:", "smollm2")) else {}
+            hf = cast(HFAgent, agents.load(model, **sampling, **placed))  # hf:PATH and smollm2 are HFAgents
+            self.agent, weights = hf, hf.model
         if lora_rank:
             from peft import LoraConfig, get_peft_model
 
-            weights = self.agent.model = get_peft_model(
+            weights = hf.model = get_peft_model(
                 weights,
                 LoraConfig(
                     r=lora_rank,
@@ -105,8 +107,9 @@ class Policy:
         if self.sharded:
             sharding.shard(self.model)
             self.train_model = self.model
-            if self.generates:  # hf generation runs on whole weights (unsharded): no process waits
-                self.agent.sampling["synced_gpus"] = False  # for another, as transformers would under FSDP
+            if self.generates:  # hf generation runs on whole weights (unsharded): no process waits for
+                # another, as transformers would under FSDP
+                cast(HFAgent, self.agent).sampling["synced_gpus"] = False
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=lr)
         if self.sharded:
@@ -264,7 +267,7 @@ class Policy:
             from peft import set_peft_model_state_dict
 
             result = set_peft_model_state_dict(self.model, load_file(weights))
-            if result.unexpected_keys:
+            if result.unexpected_keys:  # type: ignore[attr-defined]  # peft annotates its result as `namedtuple`
                 raise checkpoint.CheckpointError(f"{weights.parent} does not hold this run's adapter")
         else:
             self._load_full_weights(weights)

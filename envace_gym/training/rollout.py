@@ -23,11 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
 from envace_gym.agents.prompting import is_inline_rehearsal, render_prompt
 from envace_gym.training.grpo import ROLE_IDS
+
+if TYPE_CHECKING:
+    from envace_gym.distributed import EnvPool
 
 
 @dataclass
@@ -125,7 +129,7 @@ def world_row(tok, rollout: Rollout, obs: dict, real_ids: set[str]) -> Rollout |
 
 def collect(
     agent,
-    envs: list[gym.Env],
+    envs: list[gym.Env] | EnvPool,
     task_ids: list[str],
     group_size: int,
     seed: int = 0,
@@ -186,8 +190,11 @@ def collect(
             closing = stop if stop else tok.eos_token
             row._closing = closing if closing in tok.decode(gen.completion_ids[-8:]) else None
             obs, reward, terminated, truncated, info = step
-            call = observations[i].get("tool_call")
-            if row is rollouts[i] and role == "rehearse" and answered_otherwise(call["id"], info):
+            if (
+                row is rollouts[i]
+                and role == "rehearse"
+                and answered_otherwise(observations[i]["tool_call"]["id"], info)
+            ):
                 kept = len(row.ids) - len(gen.completion_ids)
                 del row.ids[kept:], row.roles[kept:], row.logprobs[kept:]
                 row.generations["rehearse"] -= 1

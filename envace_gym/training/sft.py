@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +33,7 @@ from envace_gym.training.config import ROLES, SFTConfig
 from envace_gym.training.grpo import ROLE_IDS, token_logprobs
 from envace_gym.training.policy import Policy
 from envace_gym.training.rollout import Rollout, _context_delta
+from envace_gym.wrappers import unwrap
 
 Sequence = tuple[list[int], list[int]]  # token ids and their roles (ROLE_IDS)
 
@@ -82,7 +84,7 @@ def gold_episodes(
 ) -> list[dict]:
     """``run`` records of the oracle on the first ``max_episodes`` tasks of ``split``, under real dynamics."""
     env = gym.make(env_id, split=split, dynamics="real", **env_kwargs)
-    task_ids = env.unwrapped.task_ids[:max_episodes]
+    task_ids = unwrap(env).task_ids[:max_episodes]
     return list(run_episodes(env, agents.load("oracle", env=env), task_ids, seed=seed))
 
 
@@ -256,7 +258,7 @@ class SFT:
         policy.scheduler.step()
         self.step += 1
         tokens = sum(len(ids) for ids, _ in rows)
-        record = {
+        record: dict[str, Any] = {
             "step": self.step,
             "episodes": len(rows),
             "tokens": tokens,

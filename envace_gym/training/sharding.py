@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -49,7 +50,8 @@ def full_weights(model, on_every_process: bool = False) -> dict[str, torch.Tenso
     this) onto the main process's CPU, or onto every process's device."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=not on_every_process))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=not on_every_process)
+    return cast("dict[str, torch.Tensor]", get_model_state_dict(model, options=options))  # a model's: all tensors
 
 
 def load_full_weights(model, path: Path, main: bool) -> None:
@@ -60,6 +62,6 @@ def load_full_weights(model, path: Path, main: bool) -> None:
 
     set_model_state_dict(
         model,
-        load_file(path) if main else {},
+        load_file(path) if main else {},  # type: ignore[arg-type]  # torch asks for a dict of its wider value type
         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False),
     )

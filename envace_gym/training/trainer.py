@@ -7,12 +7,13 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from envace_gym import agents
+from envace_gym import agents, registration
 from envace_gym.compare import compare_calls
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.routing import FidelityRouter
@@ -21,6 +22,11 @@ from envace_gym.training.config import ROLES, TrainConfig
 from envace_gym.training.grpo import ROLE_IDS, grpo_loss, token_advantages, token_logprobs
 from envace_gym.training.policy import Policy
 from envace_gym.training.rollout import Rollout, collect
+from envace_gym.wrappers import unwrap
+
+if TYPE_CHECKING:
+    from envace_gym.agents.vllm import VLLMAgent, VLLMServerAgent
+    from envace_gym.distributed import EnvPool
 
 
 class Trainer:
@@ -68,12 +74,12 @@ class Trainer:
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature,
         )
-        self.engine = None if self.policy.generates else self.policy.agent  # gets the weights of every update
+        # gets the weights of every update: a vllm: model's agent
+        self.engine = None if self.policy.generates else cast("VLLMAgent | VLLMServerAgent", self.policy.agent)
         reward = config.reward
         if reward is None:  # partial credit where the suite can give it: an all-or-nothing reward rarely varies
-            probe = gym.make(config.env_id, split=config.split, dynamics=config.dynamics, **config.env_kwargs)
-            suite = probe.unwrapped.suite
-            gold = all(suite.has_gold(suite.task(t)) for t in probe.unwrapped.task_ids)
+            suite, _, task_ids = registration.suite(config.env_id, config.split)
+            gold = all(suite.has_gold(suite.task(t)) for t in config.env_kwargs.get("task_ids") or task_ids)
             reward = "strict_progress" if gold else None
         self.reward = reward
         make = dict(
@@ -90,14 +96,14 @@ class Trainer:
         if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel
             from envace_gym.distributed import EnvPool
 
-            self.envs = EnvPool(
+            self.envs: list[gym.Env] | EnvPool = EnvPool(
                 config.env_id, n_envs, config.rollout_workers, dict(split=config.split, **make), config.ray_address
             )
-            self.task_ids = gym.make(config.env_id, split=config.split, **make).unwrapped.task_ids
+            self.task_ids = make.get("task_ids") or registration.suite(config.env_id, config.split).task_ids
         else:
-            routed = {"router": self.router} if self.router else {}
-            self.envs = [gym.make(config.env_id, split=config.split, **make, **routed) for _ in range(n_envs)]
-            self.task_ids = self.envs[0].unwrapped.task_ids
+            routed: dict[str, Any] = {"router": self.router} if self.router else {}
+            self.envs = envs = [gym.make(config.env_id, split=config.split, **make, **routed) for _ in range(n_envs)]
+            self.task_ids = unwrap(envs[0]).task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
         self.eval_env = gym.make(
             config.env_id,
@@ -338,7 +344,7 @@ class Trainer:
     def evaluate(self) -> dict:
         """Reward under ``eval_dynamics`` and rehearsal fidelity (shadow) on held-out tasks."""
         self.model.eval()
-        ids = self.eval_env.unwrapped.task_ids[: self.cfg.eval_tasks]
+        ids = unwrap(self.eval_env).task_ids[: self.cfg.eval_tasks]
         rewards = [run_episode(self.eval_env, self.agent, t, seed=i)["reward"] for i, t in enumerate(ids)]
         oracle = agents.load("oracle", env=self.eval_env)
         calls = list(compare_calls(self.eval_env, oracle, self.agent, ids))

@@ -12,7 +12,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import gymnasium as gym
@@ -21,6 +21,9 @@ from pydantic import ValidationError
 from envace_gym.integrations.openenv.replies import Frame, Reply, ServedError, ServedState, ServedTasks
 from envace_gym.spaces import ActionSpace, ObservationSpace
 from envace_gym.tools import ToolSet
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
 
 # the server refused the request itself (bad options, a step after the end): the in-process errors
 REQUEST_ERRORS = {"EXECUTION_ERROR", "VALIDATION_ERROR", "INVALID_JSON", "UNKNOWN_TYPE"}
@@ -104,6 +107,8 @@ class RemoteEnv(gym.Env):
     """
 
     metadata = {"render_modes": []}
+    observation_space: ObservationSpace
+    action_space: ActionSpace
 
     def __init__(
         self,
@@ -127,7 +132,10 @@ class RemoteEnv(gym.Env):
         self.token, self.dynamics = token, dynamics
         self.observation_space = ObservationSpace()
         self.action_space = ActionSpace(ToolSet([]))
-        self._ws, self._obs, self._info, self._schemas = None, None, {}, None
+        self._ws: ClientConnection | None = None
+        self._obs: dict | None = None
+        self._info: dict = {}
+        self._schemas: list[dict] | None = None
         self._wire: socket.socket | None = None  # the session's TCP connection, as its requests' Cutoff watches it
         self._messages: list[dict] = []  # the session's last observation's messages
         self._served: ServedTasks | None = None
@@ -272,7 +280,7 @@ class RemoteEnv(gym.Env):
             "tool_call": fields.tool_call,
         }
         info = data["observation"]["info"]  # as sent: ServedInfo checked the keys it knows
-        self.action_space.role = obs["role"]
+        self.action_space.role = fields.role
         self._obs, self._info = obs, info
         return obs, reply.reward or 0.0, fields.terminated, fields.truncated, info
 
@@ -393,4 +401,4 @@ class RemoteEnv(gym.Env):
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(**state)
+        RemoteEnv.__init__(self, **state)

@@ -39,6 +39,7 @@ from starlette.websockets import WebSocketDisconnect
 from envace_gym.grader import without_gold
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
 from envace_gym.integrations.openenv.replies import ServedTasks
+from envace_gym.wrappers import unwrap
 
 PROTOCOL = "0.10"
 RESET_OPTIONS = ("task_id", "dynamics")  # reset data keys that go into reset(options=...)
@@ -60,7 +61,10 @@ class EnvACEAction(BaseModel):
 
     @property
     def value(self) -> str | dict:
-        return self.text if self.text is not None else self.message
+        if self.text is not None:
+            return self.text
+        assert self.message is not None  # _one: exactly one is given
+        return self.message
 
 
 class EnvACEObservation(BaseModel):
@@ -109,7 +113,7 @@ def tools_list(env: gym.Env) -> dict:
                 "description": s["function"].get("description", ""),
                 "inputSchema": s["function"].get("parameters", {"type": "object"}),
             }
-            for s in env.unwrapped.tools.schemas
+            for s in unwrap(env).tools.schemas
         ]
     }
 
@@ -210,12 +214,12 @@ class EnvServer:
     async def _run(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 
-    async def _reap(self) -> None:
+    async def _reap(self, timeout: float) -> None:
         while True:
-            await asyncio.sleep(min(1.0, self.session_timeout / 4))
+            await asyncio.sleep(min(1.0, timeout / 4))
             now = time.monotonic()
             for session in list(self.sessions.values()):
-                if not session.busy and now - session.last_active > self.session_timeout:
+                if not session.busy and now - session.last_active > timeout:
                     session.task.cancel()  # its handler's finally frees the env
 
     async def _serve(self, websocket: WebSocket) -> None:
@@ -241,8 +245,10 @@ class EnvServer:
             return
         finally:
             self._reserved -= 1
+        task = asyncio.current_task()
+        assert task is not None  # this coroutine's
         session = self.sessions[session_id] = Session(
-            env, asyncio.current_task(), delta=websocket.query_params.get("observations") == "delta"
+            env, task, delta=websocket.query_params.get("observations") == "delta"
         )
         try:
             while True:
@@ -336,7 +342,7 @@ class EnvServer:
     @staticmethod
     def _step(session: Session, action: EnvACEAction) -> str:
         """Step's reply, as text (run in the pool)."""
-        if session.env.unwrapped.episode is None:
+        if unwrap(session.env).episode is None:
             raise RuntimeError("no episode yet: send a reset first")
         obs, reward, terminated, truncated, info = session.env.step(action.value)
         session.step_count, session.turn = session.step_count + 1, info.get("turn", session.turn)
@@ -346,7 +352,7 @@ class EnvServer:
 
     @staticmethod
     def _state(session: Session) -> EnvACEState:
-        inner = session.env.unwrapped
+        inner = unwrap(session.env)
         if inner.episode is None:
             return EnvACEState()
         return EnvACEState(
@@ -362,7 +368,7 @@ class EnvServer:
     def _build(self):
         @asynccontextmanager
         async def lifespan(app):
-            reaper = asyncio.create_task(self._reap()) if self.session_timeout else None
+            reaper = asyncio.create_task(self._reap(self.session_timeout)) if self.session_timeout else None
             yield
             if reaper:
                 reaper.cancel()
@@ -404,7 +410,7 @@ class EnvServer:
 
         @app.get("/tasks")
         def tasks():
-            inner = self.catalog.unwrapped
+            inner = unwrap(self.catalog)
             return ServedTasks(
                 env_id=self.env_id,
                 split=inner.split,

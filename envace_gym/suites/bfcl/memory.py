@@ -37,10 +37,10 @@ from bfcl_eval.constants.default_prompts import (
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
 from envace_gym.cache import cache_dir
-from envace_gym.envs.bfcl import categories, source
-from envace_gym.envs.bfcl.agentic import AgenticSuite
-from envace_gym.envs.bfcl.multi_turn import BFCLWorld
 from envace_gym.episode import Task
+from envace_gym.suites.bfcl import categories, source
+from envace_gym.suites.bfcl.agentic import AgenticSuite
+from envace_gym.suites.bfcl.multi_turn import BFCLWorld
 
 ENCODER_NAME = "all-MiniLM-L6-v2"  # what bfcl-eval's memory_vector.py asks sentence-transformers for
 ENCODER_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"  # its model.safetensors
@@ -148,7 +148,7 @@ class MemoryWorld(BFCLWorld):
         api.test_id = test_id or api.test_id
         return MemoryWorld(api, self.owners, folder)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         self.folder.cleanup()
 
 

@@ -30,14 +30,14 @@ from bfcl_eval.constants.default_prompts import (
 )
 
 from envace_gym.bounded import DumpedJSON, Response
-from envace_gym.envs.bfcl import categories, source
-from envace_gym.envs.bfcl.schemas import openai_schema
 from envace_gym.episode import CallRecord, Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
 from envace_gym.state import deep_copy
 from envace_gym.suite import Suite, User, UserReply, World
+from envace_gym.suites.bfcl import categories, source
+from envace_gym.suites.bfcl.schemas import openai_schema
 from envace_gym.tools import ToolSet
 
 MAX_STEPS_PER_TURN = MAXIMUM_STEP_LIMIT  # bfcl-eval's limit of tool-calling steps in one user turn
@@ -158,7 +158,9 @@ def parse_gold_call(text: str, signatures: dict[str, inspect.Signature]) -> Gold
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
         raise ValueError(f"not a plain function call: {text!r}")
     args = [ast.literal_eval(a) for a in node.args]
-    kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+    if len(kwargs) < len(node.keywords):
+        raise ValueError(f"not a plain function call: {text!r}")
     bound = signatures[node.func.id].bind(None, *args, **kwargs)
     return GoldCall(node.func.id, {k: v for k, v in bound.arguments.items() if k != "self"})
 
@@ -201,7 +203,9 @@ def _small(value: Any, key: str = "") -> bool:
 
 
 class MultiTurnSuite(Suite):
-    """One multi-turn category. Build it with :func:`envace_gym.envs.bfcl.get_suite`."""
+    """One multi-turn category. Build it with :func:`envace_gym.suites.bfcl.get_suite`."""
+
+    max_steps_per_turn = MAX_STEPS_PER_TURN
 
     def __reduce__(self):  # pickled by reference: the process-wide suite of its category
         return category_suite, (self.category,)
@@ -358,7 +362,7 @@ class MultiTurnGrader(Grader):
             gold_results = [gold.execute(c.name, c.arguments).native for c in gold_calls]
             if not gold_calls:
                 continue
-            failure = None
+            failure: dict[str, Any] | None = None
             if not calls:
                 failure = {"error_type": "multi_turn:empty_turn_model_response"}
             elif diff := state_differences(model, gold):

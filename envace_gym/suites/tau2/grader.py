@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tau2.data_model.message import ToolCall as Tau2ToolCall
 from tau2.data_model.tasks import RewardType
 
-from envace_gym.envs.tau2.users import scenario_parts
 from envace_gym.episode import Episode, Task
 from envace_gym.grader import Grader, unmet_arguments
 from envace_gym.messages import format_tool_call
 from envace_gym.state import model_diff
+from envace_gym.suite import World
+from envace_gym.suites.tau2.users import scenario_parts
 
 if TYPE_CHECKING:
-    from envace_gym.envs.tau2.suite import Tau2Suite, Tau2World
+    from envace_gym.suites.tau2.suite import Tau2Suite, Tau2World
 
 AGENT_STOP = "###STOP###"
 
 
 class Tau2Grader(Grader):
     """Scores a tau2 domain's episodes as tau2 does, against the task's evaluation criteria
-    (:meth:`~envace_gym.envs.tau2.suite.Tau2Suite.gold_actions` and its gold world)."""
+    (:meth:`~envace_gym.suites.tau2.suite.Tau2Suite.gold_actions` and its gold world)."""
 
     suite: Tau2Suite
 
@@ -63,14 +64,15 @@ class Tau2Grader(Grader):
         reward = 1.0 if all(c["met"] for c in checks) else 0.0
         return reward, {"action": reward, "action_checks": checks}
 
-    def evaluate(self, task: Task, world: Tau2World, episode: Episode) -> tuple[float, dict]:
+    def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
         criteria = task.data.evaluation_criteria
         if criteria is None:
             return 1.0, {"note": "no evaluation criteria"}
         basis = set(criteria.reward_basis)
-        reward, info = 1.0, {"reward_basis": sorted(b.value for b in basis)}
+        reward = 1.0
+        info: dict[str, Any] = {"reward_basis": sorted(b.value for b in basis)}
         if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
-            db_reward, assertion_reward = self._env_checks(task, world, info)
+            db_reward, assertion_reward = self._env_checks(task, cast("Tau2World", world), info)  # the suite's
             if RewardType.DB in basis:
                 reward *= db_reward
             if RewardType.ENV_ASSERTION in basis:
@@ -101,13 +103,14 @@ class Tau2Grader(Grader):
         db_reward = 0.0 if diff else 1.0
         checks = []
         # assertions may sync tools: they run on a fork, so the episode's world stays as it was
-        probe = world.fork().env if criteria.env_assertions else None
-        for assertion in criteria.env_assertions or []:
-            try:
-                met = probe.run_env_assertion(assertion, raise_assertion_error=False)
-            except Exception as e:
-                met, assertion = False, assertion.model_copy(update={"message": str(e)})
-            checks.append({"func_name": assertion.func_name, "arguments": assertion.arguments, "met": met})
+        if criteria.env_assertions:
+            probe = world.fork().env
+            for assertion in criteria.env_assertions:
+                try:
+                    met = probe.run_env_assertion(assertion, raise_assertion_error=False)
+                except Exception as e:
+                    met, assertion = False, assertion.model_copy(update={"message": str(e)})
+                checks.append({"func_name": assertion.func_name, "arguments": assertion.arguments, "met": met})
         assertion_reward = 1.0 if all(c["met"] for c in checks) else 0.0
         info.update(db=db_reward, db_diff=diff[:20], env_assertion=assertion_reward, env_assertions=checks)
         return db_reward, assertion_reward

@@ -1,7 +1,7 @@
 """``EnvACE/tau2-mock-office-v0``: one office, many requests, a world a policy can learn.
 
 The tools, database model, policy and evaluator are tau2's mock domain's, and the
-instructions are mock-gen's families (:mod:`envace_gym.envs.tau2.mock_gen`), but every
+instructions are mock-gen's families (:mod:`envace_gym.suites.tau2.mock_gen`), but every
 task of every split starts from the same database, drawn once from :data:`OFFICE_SEED`
 (:data:`USERS` users, :data:`TASKS` tasks). Every real response is then a function of
 that database and the episode's earlier calls, which a rehearse role can internalize;
@@ -18,12 +18,11 @@ from __future__ import annotations
 import hashlib
 import random
 from functools import cache
-from itertools import count
+from typing import Any
 
-from envace_gym.env import EnvACEEnv
-from envace_gym.envs.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
-from envace_gym.envs.tau2.suite import Tau2World
 from envace_gym.episode import Task
+from envace_gym.suites.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
+from envace_gym.suites.tau2.suite import Tau2World
 
 OFFICE_SEED = 2026  #: The seed the office's users and tasks are generated from.
 USERS = 8  #: Users in the office.
@@ -39,7 +38,7 @@ def office_db() -> dict:
     """The one initial database: users ``user_1..user_8``, tasks ``task_1..task_12``, each task owned
     by one user (some users own none), each completed with probability 0.35 (2 of the 12 are)."""
     rng = random.Random(f"office:{OFFICE_SEED}")
-    users = {
+    users: dict[str, dict[str, Any]] = {
         f"user_{i}": {"user_id": f"user_{i}", "name": name, "tasks": []}
         for i, name in enumerate(rng.sample(NAMES, USERS), 1)
     }
@@ -67,10 +66,10 @@ def office_tasks(sizes: tuple[tuple[str, int], ...] = tuple(SIZES.items())) -> d
     wanted, db = dict(sizes), office_db()
     seen: dict[str, set[str]] = {split: set() for split in wanted}
     tasks: dict[str, dict] = {}
-    for k in count():
-        if all(len(seen[s]) >= n for s, n in wanted.items()):
-            return tasks
+    k = 0
+    while not all(len(seen[s]) >= n for s, n in wanted.items()):
         rng = random.Random(f"office:{OFFICE_SEED}:draft:{k}")
+        k += 1
         steps = draw_steps(rng, db)
         if not steps:
             continue
@@ -87,6 +86,7 @@ def office_tasks(sizes: tuple[tuple[str, int], ...] = tuple(SIZES.items())) -> d
         seen[split].add(instruction)
         tasks[task_id] = tau2_task(task_id, instruction, db, steps)
         tasks[task_id]["description"]["purpose"] = "Office mock-domain task (one shared database)"
+    return tasks
 
 
 class OfficeSuite(MockGenSuite):
@@ -118,8 +118,3 @@ class OfficeSuite(MockGenSuite):
 def get_office_suite() -> OfficeSuite:
     """The process-wide office suite."""
     return OfficeSuite()
-
-
-def make_env(split: str | None = "test", **kwargs) -> EnvACEEnv:
-    """The env of ``EnvACE/tau2-mock-office-v0``."""
-    return EnvACEEnv(get_office_suite(), split=split, **kwargs)

@@ -1,9 +1,8 @@
-"""Any MCP server as a suite, and the env that owns its sessions."""
+"""Any MCP server as a suite."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 import weakref
 from collections.abc import Sequence
@@ -11,18 +10,14 @@ from functools import cached_property
 from typing import Any
 
 from envace_gym.bounded import Response
-from envace_gym.dynamics import DYNAMICS
-from envace_gym.env import EnvACEEnv
-from envace_gym.envs.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
-from envace_gym.envs.mcp.worlds import DetachedWorld, ForkError, MCPWorld, RecordedWorld
 from envace_gym.episode import Task
 from envace_gym.grader import Grader
-from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
 from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Suite, World
+from envace_gym.suites.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
+from envace_gym.suites.mcp.worlds import MCPWorld, RecordedWorld
 from envace_gym.tools import MAX_TOOLS, ToolSet
 
-WORLD_ANSWERERS = ("world", "either", "router")  # the dynamics whose calls a world executes
 MAX_PAGES, LIST_SECONDS = 100, 60.0  # bounds of one tools/list: pages followed, seconds in all
 
 
@@ -49,17 +44,20 @@ class MCPSuite(Suite):
     """Tasks on one MCP server, or offline on their recorded trajectories.
 
     ``server``: a command line (stdio), a URL (streamable HTTP), or a
-    :class:`~envace_gym.envs.mcp.runtime.Stdio`, :class:`~envace_gym.envs.mcp.runtime.Http` or
-    :class:`~envace_gym.envs.mcp.runtime.InProcess` spec; ``None`` runs every task offline, where the
+    :class:`~envace_gym.suites.mcp.runtime.Stdio`, :class:`~envace_gym.suites.mcp.runtime.Http` or
+    :class:`~envace_gym.suites.mcp.runtime.InProcess` spec; ``None`` runs every task offline, where the
     world answers from the task's recording (``RecordedWorld``). Tools come from the
     server's ``tools/list`` (offline: the tasks' own tool lists), each task seeing its
     ``tools`` subset if it names one. A stdio server is one process per episode, taken
     from a pool of ``pool_size`` warm spares; an HTTP server is one shared world (one
     episode at a time unless ``Http(url, isolated=True)``). ``deterministic``: the
     server answers the same calls the same way, so a world forks by replaying its calls.
-    ``call_timeout`` bounds every request; a server that dies or does not answer in it
-    ends the episode. :meth:`close` stops the servers (so does garbage collection).
+    ``call_timeout`` bounds every request (the env's ``limits.call_seconds`` is not applied); a
+    server that dies or does not answer in it ends the episode. :meth:`close` stops the servers
+    (so does garbage collection; an env made with ``owns_suite=True`` closes them on ``close``).
     """
+
+    bounds_calls = True
 
     def __init__(
         self,
@@ -73,21 +71,19 @@ class MCPSuite(Suite):
     ):
         self.name, self.tasks = name, list(tasks)
         self.spec: Stdio | Http | InProcess | None = None if server is None else server_spec(server)
+        # only an in-process server's (or an offline) world keeps its effects in this process
+        self.private_worlds = self.spec is None or isinstance(self.spec, InProcess)
         self.deterministic, self.pool_size = deterministic, pool_size
         self.call_timeout, self.startup_timeout = call_timeout, startup_timeout
         self._runtime: Runtime | None = None
         self._server_tools: list[dict] | None = None
-        self._toolsets: dict[tuple, ToolSet] = {}
-
-    @property
-    def private_worlds(self) -> bool:
-        """Only an in-process server's (or an offline) world keeps its effects in this process."""
-        return self.spec is None or isinstance(self.spec, InProcess)
+        self._toolsets: dict[str | tuple, ToolSet] = {}
 
     @property
     def runtime(self) -> Runtime:
         """The server's loop and sessions, started on first use (again after :meth:`close`)."""
         if self._runtime is None:
+            assert self.spec is not None  # an offline suite has no server
             self._runtime = Runtime(self.spec, self.call_timeout, self.startup_timeout, self.pool_size)
             self._finalize = weakref.finalize(self, self._runtime.close)
         return self._runtime
@@ -109,7 +105,7 @@ class MCPSuite(Suite):
                 while page.next_cursor:
                     if pages >= MAX_PAGES or len(tools) > MAX_TOOLS or time.monotonic() > deadline:
                         raise ServerError(
-                            f"the MCP server {self.spec.name}'s tools/list goes past {MAX_PAGES} "
+                            f"the MCP server {runtime.spec.name}'s tools/list goes past {MAX_PAGES} "
                             f"pages, {MAX_TOOLS} tools or {LIST_SECONDS} s; it is refused"
                         )
                     page = runtime.request(session, "list_tools", cursor=page.next_cursor)
@@ -143,6 +139,7 @@ class MCPSuite(Suite):
 
     def new_world(self, task: Task | None) -> World:
         if self.spec is None:
+            assert task is not None  # an offline world plays its task's recording
             return RecordedWorld((task.data or {}).get("recording", ()))
         return MCPWorld(self.runtime, self.deterministic, self._fresh_state())
 
@@ -150,7 +147,7 @@ class MCPSuite(Suite):
         return (task.data or {}).get("system") or DEFAULT_SYSTEM_PROMPT
 
     def opening_messages(self, task: Task) -> list[dict]:
-        """A teacher-forced turn's gold history (see :func:`~envace_gym.envs.mcp.tasks.load_finmcp`)."""
+        """A teacher-forced turn's gold history (see :func:`~envace_gym.suites.mcp.tasks.load_finmcp`)."""
         return copy.deepcopy((task.data or {}).get("history", []))
 
     @cached_property
@@ -194,59 +191,3 @@ class MCPGrader(Grader):
             return super().recordings(task)
         world = RecordedWorld(recording)
         return {key: [Response.from_native(r).content for r in answers] for key, answers in world.table.items()}
-
-
-class MCPEnv(EnvACEEnv):
-    """:class:`~envace_gym.env.EnvACEEnv` on an :class:`MCPSuite`: it ends each episode's
-    server session on reset and :meth:`close`, ends an episode whose server died (with
-    ``info["error"]`` naming it), and forks rehearsed, simulated and replay branches
-    without a world. ``owns_suite``: :meth:`close` also stops the suite's servers. The
-    suite's ``call_timeout`` bounds each call (``limits.call_seconds`` is not used).
-    """
-
-    def __init__(self, suite: MCPSuite, *, owns_suite: bool = False, limits: Limits | None = None, **kwargs):
-        self._owns_suite = owns_suite
-        super().__init__(suite, limits=dataclasses.replace(limits or Limits(), call_seconds=None), **kwargs)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        self._close_world(wait=False)
-        return super().reset(seed=seed, options=options)
-
-    def step(self, action: Any):
-        result = super().step(action)
-        failure = getattr(self.episode.world, "failure", None)
-        if failure is None or self.episode.ended_by == "error":
-            return result
-        info = result[-1]
-        self._fail(f"the episode's MCP world failed: {failure}")
-        info.update(role="act", error=self._error)
-        return self._obs(), self._score(info), True, False, info
-
-    def fork(self, dynamics: str | None = None, reward: Any = None) -> MCPEnv:
-        ep = self.episode
-        if ep is None or DYNAMICS[dynamics or ep.dynamics].answers in WORLD_ANSWERERS:
-            if ep is not None and isinstance(ep.world, DetachedWorld):
-                raise ForkError(
-                    "this branch was forked without a world, so it has none to fork under "
-                    f"{dynamics or ep.dynamics!r} dynamics: fork the real episode instead"
-                )
-            clone = super().fork(dynamics, reward)
-        else:
-            world, ep.world = ep.world, DetachedWorld()
-            try:
-                clone = super().fork(dynamics, reward)
-            finally:
-                ep.world = world
-        clone._owns_suite = False
-        return clone
-
-    def close(self) -> None:
-        self._close_world(wait=True)
-        if self._owns_suite:
-            self.suite.close()
-        super().close()
-
-    def _close_world(self, wait: bool) -> None:
-        world = self.episode.world if self.episode is not None else None
-        if isinstance(world, MCPWorld):
-            world.close(wait=wait)

@@ -3,10 +3,10 @@ cross-domain tasks in the three domains' merged environment (as its runner plays
 
 The tools, their schemas, the agent policy, the greeting and the tasks are VitaBench's.
 What differs from its runner is how state is held: each task's initial world is built
-once, with registries of its own (:mod:`~envace_gym.envs.vitabench.isolation`), and every
+once, with registries of its own (:mod:`~envace_gym.suites.vitabench.isolation`), and every
 episode's world is a deep copy of it, so a reset and a fork are copies. The tasks have
 no gold calls; their reward is VitaBench's rubric judge
-(:class:`~envace_gym.envs.vitabench.reward.VitaBenchReward`). A task set whose file the
+(:class:`~envace_gym.suites.vitabench.reward.VitaBenchReward`). A task set whose file the
 checkout lacks (the snapshot holds only delivery's and in-store's) is an ImportError naming it.
 """
 
@@ -20,11 +20,11 @@ from functools import cache, cached_property, partial
 from typing import Any
 
 from envace_gym.bounded import Response
-from envace_gym.envs.vitabench.source import CROSS_DOMAIN, DOMAINS, LANGUAGE, ROOT_VARIABLE, TASK_SETS, load, root
 from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import NoGoldGrader
 from envace_gym.suite import Suite, User, World
+from envace_gym.suites.vitabench.source import CROSS_DOMAIN, DOMAINS, LANGUAGE, ROOT_VARIABLE, TASK_SETS, load, root
 from envace_gym.tools import ToolSet
 
 load()
@@ -33,7 +33,7 @@ from vita.environment.environment import Environment, get_cross_environment, get
 from vita.orchestrator.orchestrator import get_default_first_agent_message  # noqa: E402
 from vita.utils.utils import get_task_file_path, get_weekday  # noqa: E402
 
-from envace_gym.envs.vitabench.isolation import Registries  # noqa: E402
+from envace_gym.suites.vitabench.isolation import Registries  # noqa: E402
 
 JUDGE_VARIABLE = "VITABENCH_JUDGE"  # MODEL@BASE_URL of the default judge
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -69,7 +69,7 @@ def missing_judge(episode: Episode) -> tuple[float, dict]:
 
 
 missing_judge.__name__ = "vitabench"
-missing_judge.unavailable = f"set {JUDGE_VARIABLE}=MODEL@BASE_URL, or pass --reward vitabench:MODEL@BASE_URL"
+setattr(missing_judge, "unavailable", f"set {JUDGE_VARIABLE}=MODEL@BASE_URL, or pass --reward vitabench:MODEL@BASE_URL")  # noqa: B010
 
 
 class VitaSuite(Suite):
@@ -122,7 +122,7 @@ class VitaSuite(Suite):
         return self._initial[task.id].fork()
 
     def make_user(self, kind: str | User, task: Task, seed: int | None, **kwargs) -> User:
-        from envace_gym.envs.vitabench.users import LLMUser, ScriptedUser
+        from envace_gym.suites.vitabench.users import LLMUser, ScriptedUser
 
         if isinstance(kind, User):
             return kind
@@ -142,7 +142,7 @@ class VitaGrader(NoGoldGrader):
 
     def judge_reward(self) -> Any:
         """VitaBench's rubric judge on the server ``VITABENCH_JUDGE`` names (``MODEL@BASE_URL``)."""
-        from envace_gym.envs.vitabench.reward import VitaBenchReward
+        from envace_gym.suites.vitabench.reward import VitaBenchReward
 
         spec = os.environ.get(JUDGE_VARIABLE)
         return VitaBenchReward.from_spec(f"vitabench:{spec}") if spec else missing_judge

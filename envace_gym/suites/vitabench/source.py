@@ -58,7 +58,7 @@ def load() -> None:
         import vita.orchestrator.orchestrator  # noqa: F401
         import vita.registry  # noqa: F401  (the cross-domain environment builds each domain's through it)
 
-    from envace_gym.envs.vitabench.isolation import install
+    from envace_gym.suites.vitabench.isolation import install
 
     install()
 

@@ -12,10 +12,10 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError
 
 from envace_gym.bounded import Response
-from envace_gym.envs.mcp.runtime import InProcess, Runtime, ServerError
 from envace_gym.episode import recorded, recording_key
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.suite import World
+from envace_gym.suites.mcp.runtime import InProcess, Runtime, ServerError
 
 
 class ForkError(RuntimeError):
@@ -100,6 +100,10 @@ class MCPWorld(World):
                 )
         return twin
 
+    def detached(self) -> World:
+        """A server session is not copied for a fork that asks no world."""
+        return DetachedWorld()
+
     def close(self, wait: bool = True) -> None:
         """End the session (``wait``: until its server is gone); one that never ran a call is
         still pristine and goes back to the warm pool."""
@@ -126,7 +130,8 @@ class RecordedWorld(World):
 
 
 class DetachedWorld(World):
-    """The world of a fork that needs none (rehearsed, simulated or replay dynamics)."""
+    """The world of a fork that needs none (rehearsed, simulated or replay dynamics): it answers
+    nothing, and a fork that needs a world cannot be made from it."""
 
     def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
         return Response(
@@ -136,4 +141,10 @@ class DetachedWorld(World):
         )
 
     def fork(self) -> World:
+        raise ForkError(
+            "this branch was forked without a world, so it has none to fork under dynamics that ask "
+            "one: fork the real episode instead"
+        )
+
+    def detached(self) -> World:
         return DetachedWorld()

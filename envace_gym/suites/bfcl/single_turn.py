@@ -19,19 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from envace_gym.envs.bfcl import categories, source  # source first: it points bfcl-eval's config at the cache
+from envace_gym.suites.bfcl import categories, source  # source first: it points bfcl-eval's config at the cache
 
 # isort: split
 from bfcl_eval.constants.enums import Language
 from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 
 from envace_gym.bounded import Response
-from envace_gym.envs.bfcl.schemas import openai_schema, tool_name
 from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
 from envace_gym.suite import Suite, User, World
+from envace_gym.suites.bfcl.schemas import openai_schema, tool_name
 from envace_gym.tools import ToolSet
 
 CATEGORIES = categories.SINGLE_TURN
@@ -144,7 +144,7 @@ class QuestionUser(User):
 
 
 class SingleTurnSuite(Suite):
-    """One single-turn category. Build it with :func:`envace_gym.envs.bfcl.get_suite`."""
+    """One single-turn category. Build it with :func:`envace_gym.suites.bfcl.get_suite`."""
 
     one_step = True
 

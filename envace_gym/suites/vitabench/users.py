@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import re
 
-from envace_gym.envs.vitabench.source import LANGUAGE, load
 from envace_gym.episode import Task
 from envace_gym.openai_client import ChatEndpoint
 from envace_gym.suite import User, UserReply, World
+from envace_gym.suites.vitabench.source import LANGUAGE, load
 
 load()
 

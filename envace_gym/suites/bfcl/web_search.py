@@ -32,10 +32,10 @@ from typing import Any
 import requests
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
-from envace_gym.envs.bfcl import categories, source
-from envace_gym.envs.bfcl.agentic import AgenticSuite
-from envace_gym.envs.bfcl.multi_turn import BFCLWorld
 from envace_gym.episode import Task
+from envace_gym.suites.bfcl import categories, source
+from envace_gym.suites.bfcl.agentic import AgenticSuite
+from envace_gym.suites.bfcl.multi_turn import BFCLWorld
 
 SERPAPI_URL = "https://serpapi.com"
 OFFLINE_HOST = "bfcl-offline.invalid"  # a reserved name that never resolves: the corpus' answer pages

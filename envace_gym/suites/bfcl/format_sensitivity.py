@@ -21,7 +21,7 @@ from functools import cache, cached_property, lru_cache, partial
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from envace_gym.envs.bfcl import categories, source  # source first: it points bfcl-eval's config at the cache
+from envace_gym.suites.bfcl import categories, source  # source first: it points bfcl-eval's config at the cache
 
 # isort: split
 from bfcl_eval.constants.enums import Language, ReturnFormat
@@ -38,12 +38,12 @@ from bfcl_eval.utils import (
     load_format_sensitivity_test_cases,
 )
 
-from envace_gym.envs.bfcl.single_turn import CHECKER_MODEL, NO_TOOL, NoBackend, SingleTurnSuite, _first_choices
 from envace_gym.episode import Episode, Task
 from envace_gym.grader import Grader
 from envace_gym.limits import BudgetExceeded, run_isolated
 from envace_gym.messages import format_tool_call
 from envace_gym.suite import World
+from envace_gym.suites.bfcl.single_turn import CHECKER_MODEL, NO_TOOL, NoBackend, SingleTurnSuite, _first_choices
 from envace_gym.tools import ToolSet
 
 CATEGORY = categories.FORMAT_SENSITIVITY

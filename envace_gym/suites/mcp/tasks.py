@@ -67,9 +67,9 @@ def _lines(path: str | Path) -> list[tuple[int, Any]]:
     leading byte-order mark is allowed)."""
     raw = Path(path).read_bytes().removeprefix(b"\xef\xbb\xbf")
     lines = raw.split(b"\n")
-    for n, line in enumerate(lines, 1):
+    for n, encoded in enumerate(lines, 1):
         try:
-            line.decode("utf-8")
+            encoded.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     text = raw.decode("utf-8")
@@ -169,7 +169,7 @@ def finmcp_tasks(sample: dict, teacher_forced: bool = False) -> list[Task]:
     missing = sorted({g["name"] for t in turns for g in t["gold"]} - listed) if tools else []
     if missing:  # every such call would be rejected, while tool_f1 still counted it
         raise ValueError(f"the trajectory calls {', '.join(missing)}, which tool_list does not hold")
-    common = {
+    common: dict[str, Any] = {
         "tool_schemas": [t for t in tools if not isinstance(t, str)],
         "tools": names or None,
         "system": system,
@@ -186,9 +186,10 @@ def finmcp_tasks(sample: dict, teacher_forced: bool = False) -> list[Task]:
             **common,
         )
         return [record.task()]
-    tasks, history = [], []
+    tasks: list[Task] = []
+    history: list[dict] = []
     for k, turn in enumerate(turns):
-        gold = [{**call, "turn": 0} for call in turn["gold"]]
+        gold = [GoldCall.model_validate({**call, "turn": 0}) for call in turn["gold"]]
         record = TaskRecord(
             id=f"{sample_id}#turn{k + 1}",
             user=turn["user"],

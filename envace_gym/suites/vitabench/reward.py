@@ -17,11 +17,11 @@ from __future__ import annotations
 import builtins
 import threading
 
-from envace_gym.envs.vitabench.source import LANGUAGE, judge_options, load
 from envace_gym.episode import Episode
 from envace_gym.errors import ErrorCode
 from envace_gym.openai_client import ChatEndpoint
 from envace_gym.specs import parse_spec
+from envace_gym.suites.vitabench.source import LANGUAGE, judge_options, load
 
 load()
 

@@ -4,7 +4,7 @@ One episode is one entry: the agent calls tools until it answers without a call,
 and that answer is scored by bfcl-eval's ``agentic_checker`` (one of the possible
 answers must appear in it, ignoring case, spaces and some punctuation), as
 bfcl-eval scores the last message of an entry that is not a call.
-:mod:`~envace_gym.envs.bfcl.memory` and :mod:`~envace_gym.envs.bfcl.web_search` give
+:mod:`~envace_gym.suites.bfcl.memory` and :mod:`~envace_gym.suites.bfcl.web_search` give
 the worlds, and each its categories' suites (``category_suite``).
 """
 
@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
 from bfcl_eval.eval_checker.agentic_eval.agentic_checker import agentic_checker
 
-from envace_gym.envs.bfcl import categories, source  # noqa: F401  (source sets BFCL_PROJECT_ROOT, which bfcl-eval's loaders read)
-from envace_gym.envs.bfcl.schemas import openai_schema
 from envace_gym.episode import Episode, Task
 from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
 from envace_gym.suite import Suite, User, World
+from envace_gym.suites.bfcl import categories, source  # noqa: F401  (source sets BFCL_PROJECT_ROOT, which bfcl-eval's loaders read)
+from envace_gym.suites.bfcl.schemas import openai_schema
 from envace_gym.tools import ToolSet
 
 CATEGORIES = categories.MEMORY + categories.WEB_SEARCH
@@ -52,6 +53,7 @@ class AgenticSuite(Suite):
     """One agentic category: bfcl-eval's entries and possible answers; subclasses give the worlds."""
 
     prefix = ""  # the category's name in bfcl-eval's ground-truth ids ("memory", "web_search")
+    max_steps_per_turn = MAXIMUM_STEP_LIMIT  # bfcl-eval's limit of tool-calling steps in one user turn
 
     def __init__(self, category: str):
         # imported here, after ``source``: its config module reads BFCL_PROJECT_ROOT when imported

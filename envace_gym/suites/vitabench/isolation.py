@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 TABLES = ("_global_instances", "_polymorphic_instances")
 LOCKS = ("_global_lock", "_polymorphic_lock")
@@ -76,7 +77,7 @@ class _Clock:
         return registries.now() if registries is not None else datetime.now(tz)
 
 
-def _classes(base: type) -> Iterator[type]:
+def _classes(base: type[Any]) -> Iterator[type[Any]]:
     for cls in base.__subclasses__():
         yield cls
         yield from _classes(cls)

@@ -15,13 +15,12 @@ import hashlib
 import random
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache, cached_property, partial
-from itertools import count
+from typing import Any
 
 from tau2.data_model.tasks import Task as Tau2Task
 
-from envace_gym.env import EnvACEEnv
-from envace_gym.envs.tau2.suite import Tau2Suite
 from envace_gym.episode import Task
+from envace_gym.suites.tau2.suite import Tau2Suite
 
 SIZES = {"train": 5000, "test": 200}
 # An estimate of a task's own turns in SmolLM2 tokens stays under BUDGET, so that whole episodes
@@ -129,8 +128,10 @@ def generate(split: str, index: int, seed: int = 0) -> dict:
     """Raw tau2 task ``{split}_{index}``, redrawn until it fits the budget and its instruction ``split``."""
     if split not in SIZES:
         raise ValueError(f"no split {split!r}; splits: {sorted(SIZES)}")
-    for attempt in count():
+    attempt = 0
+    while True:
         rng = random.Random(f"{seed}:{split}:{index}:{attempt}")
+        attempt += 1
         db = _draw_db(rng)
         steps = draw_steps(rng, db)
         if not steps:
@@ -162,7 +163,9 @@ def _split_of(instruction: str) -> str:
 
 def _draw_db(rng: random.Random) -> dict:
     names = rng.sample(NAMES, rng.randint(2, 4))
-    users = {f"user_{i}": {"user_id": f"user_{i}", "name": n, "tasks": []} for i, n in enumerate(names, 1)}
+    users: dict[str, dict[str, Any]] = {
+        f"user_{i}": {"user_id": f"user_{i}", "name": n, "tasks": []} for i, n in enumerate(names, 1)
+    }
     tasks = {}
     for i, title in enumerate(rng.sample(TITLES, rng.randint(1, 4)), 1):
         task_id = f"task_{i}"
@@ -304,7 +307,8 @@ STEPS = {  # kind: (step maker, weight)
 
 
 def tau2_task(task_id: str, instruction: str, db: dict, steps: list[dict]) -> dict:
-    calls, looked_up = [], False
+    calls: list[tuple[str, dict]] = []
+    looked_up = False
     for step in steps:
         if step["lookup"] and not looked_up:
             calls.append(("get_users", {}))
@@ -412,11 +416,6 @@ class MockGenSuite(Tau2Suite):
 
 
 @cache
-def get_gen_suite(seed: int = 0) -> MockGenSuite:
+def get_gen_suite(task_seed: int = 0) -> MockGenSuite:
     """The process-wide generated suite of one seed."""
-    return MockGenSuite(seed)
-
-
-def make_env(split: str | None = "test", task_seed: int = 0, **kwargs) -> EnvACEEnv:
-    """The env of ``EnvACE/tau2-mock-gen-v0``; ``task_seed`` picks another generated task set."""
-    return EnvACEEnv(get_gen_suite(task_seed), split=split, **kwargs)
+    return MockGenSuite(task_seed)

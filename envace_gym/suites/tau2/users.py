@@ -101,7 +101,7 @@ def _run_user_call(world: World, call_id: str, name: str, arguments: dict) -> Ca
         "user",
         "real",
         response.content,
-        response.error and str(response.error.code),
+        str(response.error.code) if response.error else None,
         response.native,
     )
 
@@ -160,7 +160,7 @@ class ScriptedUser(User):
     def _requested_calls(self, text: str, world: World) -> list[CallRecord]:
         if self.tools is None:
             return []
-        records = []
+        records: list[CallRecord] = []
         for name in self._mentioned(text.lower()):
             gold = next((c for c in self.pending if c["name"] == name), None)
             if gold is not None:

@@ -3,7 +3,7 @@
 Every server has one :class:`Runtime`: an event loop in a daemon thread, with an anyio
 blocking portal through which ``step`` (sync) sends requests. Each session is entered
 and exited by one task of that loop, which holds it open until it is released. Stdio
-servers are launched through :mod:`~envace_gym.envs.mcp.guard`, so that none outlives the process that
+servers are launched through :mod:`~envace_gym.suites.mcp.guard`, so that none outlives the process that
 started it, and are kept warm: a pool of started, initialized spares, so that an
 episode's reset does not wait for a server to boot.
 """
@@ -70,7 +70,7 @@ class Stdio:
     @property
     def log(self) -> Path:
         """Where the server's stderr goes: ``$ENVACE_CACHE/mcp-logs/``, one file (and its rotated
-        ``.1``, see :mod:`~envace_gym.envs.mcp.guard`) per command line, named by the command, its first argument that
+        ``.1``, see :mod:`~envace_gym.suites.mcp.guard`) per command line, named by the command, its first argument that
         is not an option (a script, a module, a package) and a hash of the whole line."""
         words = [self.command, *(a for a in self.args if not a.startswith("-"))][:2]
         stem = "-".join(re.sub(r"[^A-Za-z0-9._-]+", "_", Path(w).name)[:40] for w in words)
@@ -186,7 +186,7 @@ class Session:
             self.done.set()
 
 
-def _describe(error: BaseException) -> str:
+def _describe(error: BaseException | None) -> str:
     if isinstance(error, BaseExceptionGroup) and error.exceptions:
         return _describe(error.exceptions[0])
     if isinstance(error, TimeoutError):
