@@ -72,9 +72,11 @@ run: $(BASE)  ## the oracle on EnvACE/tau2-retail-v0 (test split, real dynamics)
 	$(VENV)/bin/envace-gym run --overwrite
 
 # lint, format and type checks (settings in pyproject.toml), the docs build, then every test
-# two workers (pytest-xdist): the tests that start vLLM engines all on one of them (see tests/conftest.py)
+# every test but vLLM's on two workers (pytest-xdist; one thread each), then the vLLM engines' tests alone:
+# an engine's threads spin on both cores and share them badly (tests/conftest.py marks them)
 test: lint typecheck docs  ## lint, types, the docs build and every test
-	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup
+	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup -m "not vllm"
+	$(PY) -m pytest -q --durations=5 -m vllm
 
 # the developer loop: the checks, then the tests not marked slow (about 5 minutes on a quiet machine)
 test-fast: lint typecheck  ## lint, types and the tests not marked slow

@@ -5,6 +5,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # VitaBench is no package: the tests use the checkout beside the repository unless VITABENCH_ROOT names one
 os.environ.setdefault("VITABENCH_ROOT", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "vitabench"))
 sys.path.insert(0, os.path.dirname(__file__))
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`'s workers, one per core: one thread each (and their children)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import json
 import threading
@@ -15,10 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects: a test using the served SmolLM2 is a vllm test
 def pytest_collection_modifyitems(config, items):
-    """Every test that starts a vLLM engine (marked ``vllm``, or using the served SmolLM2) runs on one worker
-    under ``pytest -n``, so that no two engines share the machine's memory at once. Without a VitaBench
-    checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
+    """Every test that starts a vLLM engine is marked ``vllm`` (those using the served SmolLM2 too), and
+    under ``pytest -n`` they all run on one worker, so that no two engines share the machine at once.
+    Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
     for item in items:
         if "smollm2_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)

@@ -475,6 +475,7 @@ def test_the_scripted_user_answers_a_question_with_the_sentence_it_is_about():
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_a_judge_served_here_gives_vitabench_a_score(smollm2_server, tmp_path, monkeypatch):
     """SmolLM2-135M in `vllm serve` judging one delivery episode: through `eval --judge`, VitaBench's free-form
     prompt, whose replies SmolLM2 writes as prose (a malformed judgement, scored 0, the episode kept); through
