@@ -69,5 +69,6 @@ class ScoreTruncated(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
 
 def unwrap(env: gym.Env) -> EnvACEEnv:
-    """``env.unwrapped`` of an env that ``gym.make`` gave for one of our ids: an :class:`EnvACEEnv`."""
+    """``env.unwrapped`` of an env that ``gym.make`` gave for one of our ids: an
+    :class:`~envace_gym.env.EnvACEEnv`."""
     return cast("EnvACEEnv", env.unwrapped)
