@@ -1,0 +1,121 @@
+"""An episode as tokens, each with the role of whoever wrote it: the input of trainers that weigh a
+sequence's tokens by their author (the ECHO family, a cross-entropy on environment output beside the
+policy loss).
+
+The roles are OpenEnv RFC 010's, plus one of this project's:
+
+- ``context``: what nobody trains: the system prompt, the user's turns, the chat template's own text,
+  and a response a separate simulator model wrote;
+- ``action``: what the policy wrote as the actor (its replies and tool calls, through their end token);
+- ``env_output``: the real environment's responses (a tool that ran, or its recording);
+- ``warning``: the env's own message about a call it refused (a schema error, a limit);
+- ``env_rehearsed``: a tool response the policy wrote itself (rehearsed dynamics).
+
+``env_rehearsed`` is there so that no trainer takes a rehearsal for real output: each exporter below
+leaves it out of every environment-output loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from envace_gym.agents.prompting import defused, defused_tools, render_prompt
+
+ROLES = ("context", "action", "env_output", "warning", "env_rehearsed")
+#: the role of a tool message by the source of the call it answers (``CallRecord.source``)
+SOURCE_ROLES = {"real": "env_output", "replay": "env_output", "rejected": "warning", "rehearsed": "env_rehearsed"}
+#: the roles of the rollout rows that :func:`~envace_gym.training.rollout.collect` builds
+ROW_ROLES = {"context": "context", "act": "action", "rehearse": "env_rehearsed", "world": "env_output"}
+
+
+@dataclass
+class RoledTokens:
+    """Token ids and the role of each (one of :data:`ROLES`)."""
+
+    ids: list[int] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+
+    def extend(self, ids: list[int], role: str) -> None:
+        if role not in ROLES:
+            raise ValueError(f"unknown token role {role!r}; roles are {ROLES}")
+        self.ids += ids
+        self.roles += [role] * len(ids)
+
+
+def episode_tokens(
+    tokenizer, messages: list[dict], tools: list[dict] | None, sources: Mapping[str, str], opening: int = 0
+) -> RoledTokens:
+    """The episode's conversation as the chat template renders it, each token with its role. ``sources``:
+    each tool call's id and who answered it (an episode's ``CallRecord.source``, a run record's
+    ``calls[*].source``). ``opening``: how many messages the env opened with (the system prompt, a
+    greeting, a recorded history: :func:`opening_length`), context whoever they name as their author. A
+    message the template does not render where it renders the conversation (a template that rewrites
+    earlier turns) is left ``context``: no token gets a role it may not have."""
+    clean = defused(tokenizer, messages)
+    full = tokenizer.apply_chat_template(clean, tools=defused_tools(tokenizer, tools), tokenize=False)
+    eos = tokenizer.eos_token or ""
+    pieces: list[tuple[int, int, str]] = []  # (start, end, role) in the rendered text
+    for j, m in enumerate(clean):
+        if j < opening:
+            continue
+        if m["role"] == "assistant":
+            obs = {"role": "act", "messages": messages[:j], "tools": tools, "tool_call": None}
+            start = len(render_prompt(tokenizer, obs)[0])
+            at = full.find(eos, start) if eos else -1
+            end = at + len(eos) if at >= 0 else start
+            role = "action"
+        elif m["role"] == "tool":
+            call = {"id": m.get("tool_call_id"), "name": m.get("name")}
+            obs = {"role": "rehearse", "messages": messages[:j], "tools": tools, "tool_call": call}
+            start = len(render_prompt(tokenizer, obs)[0])
+            end = start + len(m["content"]) if full.startswith(m["content"], start) else start
+            role = SOURCE_ROLES.get(sources.get(str(call["id"]), ""), "context")
+        else:
+            continue
+        if pieces and start < pieces[-1][1]:
+            continue
+        pieces.append((start, end, role))
+    out, done = RoledTokens(), 0
+    for start, end, role in pieces:
+        out.extend(tokenizer(full[done:start], add_special_tokens=False)["input_ids"], "context")
+        out.extend(tokenizer(full[start:end], add_special_tokens=False)["input_ids"], role)
+        done = end
+    out.extend(tokenizer(full[done:], add_special_tokens=False)["input_ids"], "context")
+    return out
+
+
+def opening_length(episode) -> int:
+    """How many messages an :class:`~envace_gym.episode.Episode` opened with: the system prompt and the
+    suite's opening messages."""
+    return 1 + len(episode.suite.opening_messages(episode.task))
+
+
+def row_tokens(ids: list[int], row_roles: list[int], role_ids: Mapping[str, int]) -> RoledTokens:
+    """A rollout row (:class:`~envace_gym.training.rollout.Rollout`: ``ids``, ``roles`` as numbers of
+    ``role_ids``) in these roles (:data:`ROW_ROLES`)."""
+    names = {number: ROW_ROLES[name] for name, number in role_ids.items()}
+    return RoledTokens(list(ids), [names[r] for r in row_roles])
+
+
+def echo_mask(tokens: RoledTokens) -> list[int]:
+    """verl-recipe echo's ``aux_token_loss_mask``: 1 on the tokens its auxiliary cross-entropy trains,
+    the real environment's output, 0 elsewhere (a rehearsal included)."""
+    return [int(role == "env_output") for role in tokens.roles]
+
+
+def trl_env_mask(tokens: RoledTokens, start: int = 0) -> list[int]:
+    """TRL ``GRPOTrainer``'s ``env_mask`` over the completion (the tokens from ``start``): 1 on the
+    policy's own tokens, actions and rehearsals, which its loss trains; 0 on what the environment, the
+    user and the template wrote."""
+    return [int(role in ("action", "env_rehearsed")) for role in tokens.roles[start:]]
+
+
+def role_weights(tokens: RoledTokens, weights: Mapping[str, float]) -> list[float]:
+    """A per-token loss weight by role, for role-weighted losses (prime-rl's, verifiers'): e.g.
+    ``{"action": 1.0, "env_output": 0.1}``; a role not named weighs 0, so a rehearsal is trained only
+    where ``env_rehearsed`` is given a weight of its own."""
+    unknown = set(weights) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown token roles {sorted(unknown)}; roles are {ROLES}")
+    return [float(weights.get(role, 0.0)) for role in tokens.roles]
