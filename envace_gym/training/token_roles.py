@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from envace_gym.agents.prompting import defused, defused_tools, render_prompt
 
+#: the roles, RFC 010's four and ``env_rehearsed``
 ROLES = ("context", "action", "env_output", "warning", "env_rehearsed")
 #: the role of a tool message by the source of the call it answers (``CallRecord.source``)
 SOURCE_ROLES = {"real": "env_output", "replay": "env_output", "rejected": "warning", "rehearsed": "env_rehearsed"}
