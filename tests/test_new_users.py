@@ -109,6 +109,7 @@ def test_tiny_model_then_sft_says_where_the_checkpoint_went(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
+    assert "Loading weights" not in result.output  # transformers' bars stay out of the command's own
     text = " ".join(result.output.split())
     assert (
         f"last checkpoint: {tmp_path / 'sft' / 'step-1'}" in text

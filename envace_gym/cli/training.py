@@ -96,8 +96,11 @@ def fit(
 ) -> tuple[Any, list[dict] | None]:
     """The config of a training command's ``options`` and the records of its training (resumed
     first if asked), with a progress bar noting ``note(record)``; None off the main process."""
+    from transformers.utils import logging as transformers_logging
+
     from envace_gym.training import CheckpointError
 
+    transformers_logging.disable_progress_bar()  # its loading bars beside the command's own
     with user_errors(CheckpointError):
         config = config_from(config_class, options, TRAINING_FIELDS)
         check_split(config.env_id, config.split, config.eval_split)
