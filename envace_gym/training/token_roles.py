@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from envace_gym.agents.prompting import defused, defused_tools, render_prompt
 
@@ -57,6 +58,7 @@ def episode_tokens(
     full = tokenizer.apply_chat_template(clean, tools=defused_tools(tokenizer, tools), tokenize=False)
     eos = tokenizer.eos_token or ""
     pieces: list[tuple[int, int, str]] = []  # (start, end, role) in the rendered text
+    obs: dict[str, Any]
     for j, m in enumerate(clean):
         if j < opening:
             continue
