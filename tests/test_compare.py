@@ -66,7 +66,23 @@ def test_compare_cli_writes_records_summary_and_plot(tmp_path):
     assert {"task_id", "tool", "arguments", "real", "rehearsed", *METRICS} <= set(frame.columns)
     assert out.with_suffix(".png").stat().st_size > 10_000
     summary = json.loads(out.with_suffix(".summary.json").read_text())
-    assert summary["all"]["calls"] == len(frame)
+    assert summary["all"]["calls"] == len(frame) and "determinism" not in summary
+    # the same episodes replayed: the oracle answers each call the same way every time; knn does not (it
+    # answers from the real responses it has seen, and a replay has seen more)
+    probes = {}
+    for agent in ("oracle", "knn"):
+        again = CliRunner().invoke(
+            app,
+            ["compare", "EnvACE/tau2-retail-v0", "--agent", agent, "--split", "base", "--task-ids", ",".join(TASKS)]
+            + ["--replays", "3", "--out", str(tmp_path / f"{agent}.jsonl")],
+        )
+        assert again.exit_code == 0, again.output
+        probes[agent] = json.loads((tmp_path / f"{agent}.summary.json").read_text())["determinism"]
+    assert probes["oracle"] == {"replays": 3, "calls": len(frame), "exact": 1.0, "leaf": 1.0}
+    assert f"determinism over 3 replays of {len(frame)} calls: exact 1.000, leaf 1.000" not in again.output
+    assert probes["knn"]["calls"] == len(frame) and 0 < probes["knn"]["exact"] < 1
+    refused = CliRunner().invoke(app, ["compare", "EnvACE/tau2-retail-v0", "--replays", "2", "--workers", "2"])
+    assert refused.exit_code == 2 and "leave out --workers" in refused.output
 
 
 @pytest.mark.slow

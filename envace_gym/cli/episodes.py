@@ -19,7 +19,7 @@ from rich.table import Table
 from envace_gym import agents
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
 from envace_gym.cli.output import console, fail, progress, styled, user_errors
-from envace_gym.compare import METRICS, compare_calls, plot, summarize
+from envace_gym.compare import METRICS, compare_calls, determinism, plot, summarize
 from envace_gym.records import OutputLock, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.runner import make_envs
@@ -198,10 +198,19 @@ def compare(
         typer.Option(help="JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-compare.jsonl)."),
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the records already in --out.")] = False,
+    replays: Annotated[
+        int,
+        typer.Option(
+            help="Play the same episodes this many times and report how much the agent's rehearsals of the "
+            "same calls vary (exact and leaf agreement; in this process only)."
+        ),
+    ] = 1,
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
-        check_least(1, {"limit": limit}, ["limit"], as_options=True)
+        check_least(1, {"limit": limit, "replays": replays}, ["limit", "replays"], as_options=True)
+        if replays > 1 and workers is not None:
+            raise ValueError("--replays replays the episodes in this process: leave out --workers")
         given = given_env(env_id, env)
         env_id = resolve_env(given)
         make_kwargs = env_kwargs(env_id, split, task_ids, dynamics="shadow")
@@ -241,6 +250,13 @@ def compare(
     console.print(table)
     png = out.with_suffix(".png")
     plot(summary, png, f"{env_id}: {agent} rehearsing against the real world")
+    if replays > 1:  # the same episodes again: do the agent's rehearsals of the same calls agree?
+        again = [list(compare_calls(shadow, acting, rehearsing, ids, seed=seed)) for _ in range(replays - 1)]
+        probe = summary["determinism"] = determinism([records, *again])
+        console.print(
+            f"determinism over {probe['replays']} replays of {probe['calls']} calls: "
+            + ", ".join(f"{k} {'-' if probe[k] is None else format(probe[k], '.3f')}" for k in ("exact", "leaf"))
+        )
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1))
     console.print(f"{len(records)} calls · records in {out} · plot in {png}")
     console.print(f"view them: envace-gym view {out}", soft_wrap=True)
