@@ -97,17 +97,20 @@ def make_env(entry: SuiteEntry, **kwargs) -> EnvACEEnv:
     if kwargs.get("split", "default") == "default":
         kwargs["split"] = suite.default_split
     kwargs.setdefault("max_steps_per_turn", suite.max_steps_per_turn)
-    if isinstance(kwargs.get("simulator"), str):
-        kwargs["simulator"] = partial(_load_agent, kwargs["simulator"])
-    return EnvACEEnv(suite, owns_suite=entry.owns_suite, **kwargs)
+    return EnvACEEnv(suite, owns_suite=entry.owns_suite, **_with_agent(kwargs))
 
 
 def make_registered(factory: Callable[..., gym.Env], **kwargs) -> gym.Env:
     """An env of an id registered with :func:`register_factory`: ``factory(**kwargs)``, a simulator
     given by name resolved as in :func:`make_env`."""
+    return factory(**_with_agent(kwargs))
+
+
+def _with_agent(kwargs: dict) -> dict:
+    """``kwargs`` with a simulator given by name as a function of the env that loads that agent."""
     if isinstance(kwargs.get("simulator"), str):
         kwargs["simulator"] = partial(_load_agent, kwargs["simulator"])
-    return factory(**kwargs)
+    return kwargs
 
 
 def _load_agent(name: str, env):
