@@ -273,13 +273,15 @@ def test_one_grpo_step_of_verls_main_ppo_runs_on_cpu_and_changes_the_weights(mai
     assert metrics["actor/grad_norm"] > 0
     assert set(after) <= set(before) and all(after[k].isfinite().all() for k in after)
     assert any(not torch.equal(before[k], after[k].to(before[k].dtype)) for k in after)
+    # the same step (verl's main_ppo is run once: minutes) trained both roles with role-wise advantages
+    check_both_roles_trained_with_role_wise_advantages(main_ppo_step["batch"])
 
 
-@pytest.mark.slow
-def test_the_step_trains_act_and_rehearse_tokens_with_the_projects_role_wise_advantages(main_ppo_step):
+def check_both_roles_trained_with_role_wise_advantages(batch: dict) -> None:
+    """The batch verl's advantage step saw and gave: act and rehearse tokens both carry gradient, with the
+    project's role-wise advantages."""
     from envace_gym.training.grpo import ROLE_IDS, token_advantages
 
-    batch = main_ppo_step["batch"]
     rewards = torch.tensor(batch["token_level_rewards"]).sum(-1)
     mask, got = torch.tensor(batch["response_mask"]), torch.tensor(batch["advantages"])
     width = mask.shape[1]
