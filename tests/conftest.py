@@ -20,17 +20,13 @@ import pytest
 @pytest.hookimpl(tryfirst=True)  # before -m selects: a test using the served SmolLM2 is a vllm test
 def pytest_collection_modifyitems(config, items):
     """Every test that starts a vLLM engine is marked ``vllm`` (those using the served SmolLM2 too), and
-    under ``pytest -n`` they all run on one worker, so that no two engines share the machine at once;
-    the tests of a module with a module-scoped fixture run on one worker too, so that it is built once.
+    under ``pytest -n`` they all run on one worker, so that no two engines share the machine at once.
     Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
     for item in items:
         if "smollm2_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)
         if item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.xdist_group("vllm"))
-        fixtures = getattr(item, "_fixtureinfo", None)
-        if fixtures and any(defs[-1].scope == "module" for defs in fixtures.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))  # its module's fixture is built once
     if os.path.isfile(os.path.join(os.environ["VITABENCH_ROOT"], "src", "vita", "__init__.py")):
         return
     skip = pytest.mark.skip(reason=f"no VitaBench checkout at VITABENCH_ROOT={os.environ['VITABENCH_ROOT']}")
