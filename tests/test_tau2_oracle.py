@@ -125,9 +125,9 @@ def test_perturbed_trajectories_agree_with_tau2(domain):
     env = gym.make(f"EnvACE/tau2-{domain}-v0", split="base")
     suite = get_suite(domain)
     tried = zeroed = effective = 0
-    # every third retail task, every second airline one: each still gives well over 50 perturbations,
-    # and the suite stays in its time budget (every task agreed when the sweep last ran in full)
-    for task_id in env.unwrapped.task_ids[:: {"retail": 3, "airline": 2}[domain]]:
+    # every fifth retail task (70 perturbations), every second airline one (50): both over the 40 asserted
+    # below, and the suite in its time budget (every task agreed when the sweep last ran in full)
+    for task_id in env.unwrapped.task_ids[:: {"retail": 5, "airline": 2}[domain]]:
         task = suite.task(task_id)
         for kind, plan, differs in _perturbations(suite, task):
             reward, _, _ = play(env, PerturbedOracle(env, plan), task_id)
