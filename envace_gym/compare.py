@@ -14,12 +14,11 @@ import gymnasium as gym
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
 from envace_gym.bounded import execute
-from envace_gym.fidelity import fidelity
+from envace_gym.fidelity import METRICS, fidelity
 from envace_gym.messages import escape_tags
 from envace_gym.records import CompareRecord
+from envace_gym.runner import run_episode
 from envace_gym.wrappers import unwrap
-
-METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
 
 
 def compare_calls(
@@ -30,27 +29,19 @@ def compare_calls(
     seed: int = 0,
     failures: list[tuple[str, str]] | None = None,
 ) -> Iterator[dict]:
-    """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``): one record per call.
-    With a ``failures`` list, an agent's exception ends its episode (the calls before it are kept) and
-    is appended as ``(task_id, "Type: message")``; without one, it is raised."""
+    """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``), played by
+    :func:`~envace_gym.runner.run_episode`: one record per call. With a ``failures`` list, an agent's
+    exception ends its episode (the calls before it are kept) and is appended as
+    ``(task_id, "Type: message")``; without one, it is raised as a RuntimeError naming the task."""
     agent, inner = RoleSplit(actor, rehearser), unwrap(env)
+    calls: list[dict] = []
     for i, task_id in enumerate(task_ids):
-        obs, info = env.reset(seed=seed + i, options={"task_id": task_id, "dynamics": "shadow"})
-        done = False
-        while not done:
-            try:
-                action = agent.act(obs)
-            except Exception as e:  # a model's failure: a dead server, a prompt past its context
-                if failures is None:
-                    raise
-                failures.append((task_id, f"{type(e).__name__}: {e}"))
-                break
-            obs, _, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
+
+        def shadowed(role: str, info: dict, task_id: str = task_id) -> None:
             for call in info["tool_calls"]:
                 if call.get("rehearsed") is None:
                     continue  # rejected before anything ran: nothing to compare
-                yield CompareRecord(
+                record = CompareRecord(
                     task_id=task_id,
                     tool=call["name"],
                     arguments=call["arguments"],
@@ -58,7 +49,16 @@ def compare_calls(
                     rehearsed=call["rehearsed"],
                     **call["fidelity"],
                     state_dependent=depends_on_state(inner, call) if inner.suite.private_worlds else None,
-                ).model_dump()
+                )
+                calls.append(record.model_dump())
+
+        played = run_episode(env, agent, task_id, seed + i, options={"dynamics": "shadow"}, on_step=shadowed)
+        yield from calls
+        calls.clear()
+        if played["ended_by"] == "agent_error":  # a model's failure: a dead server, a prompt past its context
+            if failures is None:
+                raise RuntimeError(f"task {task_id}: {played['error']}")
+            failures.append((task_id, played["error"]))
 
 
 def determinism(replays: list[list[dict]]) -> dict:
@@ -108,20 +108,6 @@ def _value(text: str):
         return json.loads(text)
     except ValueError:
         return text
-
-
-def summarize(records: list[dict]) -> dict[str, dict]:
-    """Mean of each fidelity measure per tool and over all calls (``"all"``)."""
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        groups.setdefault(r["tool"], []).append(r)
-    groups = dict(sorted(groups.items()))
-    groups["all"] = records
-    return {
-        tool: {"calls": len(rows), **{m: statistics.fmean(float(r[m]) for r in rows) for m in METRICS}}
-        for tool, rows in groups.items()
-        if rows
-    }
 
 
 def figure(summary: dict[str, dict], title: str):

@@ -159,7 +159,7 @@ class EnvACEEnv(gym.Env):
         task = self.suite.task(str(task_id))
         if self.episode is not None:  # the last episode's world lets go of its server session
             self.episode.world.close(wait=False)
-        self._reward = self.reward if self.reward is not None else default_reward(self.suite, dynamics, task)
+        self._reward = self.reward if self.reward is not None else default_reward(self.suite, dynamics, [task])
         check_reward(self._reward, dynamics)
         self.tools = self.suite.tools(task)
         self.action_space.tools, self.action_space.role = self.tools, "act"
@@ -276,7 +276,7 @@ class EnvACEEnv(gym.Env):
         clone._np_random = copy.deepcopy(self.np_random)
         if reward is not None or dynamics is not None:
             clone._reward = (
-                resolve_reward(reward) or self.reward or default_reward(self.suite, clone.episode.dynamics, ep.task)
+                resolve_reward(reward) or self.reward or default_reward(self.suite, clone.episode.dynamics, [ep.task])
             )
             check_reward(clone._reward, clone.episode.dynamics)
         if dynamics is not None:

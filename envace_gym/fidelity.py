@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 from envace_gym.errors import error_code_of
@@ -42,4 +43,22 @@ def fidelity(real: str, rehearsed: str) -> dict:
         "leaf_match": hits / len(real_leaves) if real_leaves else float(not rehearsed_leaves),
         "error_agree": (error_code_of(real_value) is None) == (error_code_of(rehearsed_value) is None),
         "exact": real_value == rehearsed_value,
+    }
+
+
+#: the measures of :func:`fidelity`, as :func:`summarize` averages them
+METRICS = ("parsed", "shape", "leaf_match", "error_agree", "exact")
+
+
+def summarize(records: list[dict]) -> dict[str, dict]:
+    """Mean of each fidelity measure per tool and over all calls (``"all"``)."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(r["tool"], []).append(r)
+    groups = dict(sorted(groups.items()))
+    groups["all"] = records
+    return {
+        tool: {"calls": len(rows), **{m: statistics.fmean(float(r[m]) for r in rows) for m in METRICS}}
+        for tool, rows in groups.items()
+        if rows
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.episode import Episode, recording_key
@@ -223,10 +223,27 @@ class JudgeReward:
 SPEC_REWARDS: dict[str, Callable[[str], RewardFn]] = {"judge": JudgeReward.from_spec}
 
 
-def default_reward(suite, dynamics: str, task) -> str | RewardFn:
-    """The reward of an episode given none: the dynamics' default, or for a task without gold the suite's
-    judge (where it has one)."""
-    judge = None if suite.grader.has_gold(task) else suite.grader.judge_reward()
+def default_reward(suite, dynamics: str, tasks: Sequence, purpose: str = "episode") -> str | RewardFn | None:
+    """The reward where none is given: the one place this is decided (the env, ``run``, ``train`` and
+    ``eval`` ask here). ``tasks``: the tasks it will score. By ``purpose``:
+
+    - ``"train"``: ``strict_progress`` where every task has gold (partial credit: an all-or-nothing
+      reward rarely varies within a group);
+    - ``"run"``: ``replay`` where something other than the world answers the calls, the suite can rebuild
+      its world here and every task has gold: the world's own evaluation of the calls after the fact,
+      so the mean means what a real run's ``world`` reward means;
+    - ``"episode"``: the dynamics' default, or for a task without gold the suite's judge (where it has one).
+
+    For ``"train"`` and ``"run"``, None leaves the choice to each episode (``"episode"``)."""
+    if purpose not in ("episode", "run", "train"):
+        raise ValueError(f"unknown purpose {purpose!r}: episode, run or train")
+    gold = all(suite.grader.has_gold(t) for t in tasks)
+    if purpose == "train":
+        return "strict_progress" if gold else None
+    if purpose == "run":
+        rebuilt = get_dynamics(dynamics).answers != "world" and suite.private_worlds
+        return "replay" if gold and rebuilt else None
+    judge = None if gold else suite.grader.judge_reward()
     return judge if judge is not None else get_dynamics(dynamics).default_reward
 
 

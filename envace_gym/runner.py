@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, cast
 import gymnasium as gym
 
 from envace_gym.agents import Agent
-from envace_gym.compare import summarize
 from envace_gym.env import EnvACEEnv
+from envace_gym.fidelity import summarize
 from envace_gym.openai_client import ModelServerError
 from envace_gym.records import RunRecord
 from envace_gym.wrappers import unwrap
@@ -34,7 +34,18 @@ def make_envs(env_id: str, n: int, **kwargs) -> list[gym.Env]:
     return envs
 
 
-def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> dict:
+#: told of each step an episode takes, after it: the role of the observation answered and the step's info
+OnStep = Callable[[str, dict], None]
+
+
+def run_episode(
+    env: gym.Env,
+    agent: Agent,
+    task_id: str,
+    seed: int | None = None,
+    options: dict | None = None,
+    on_step: OnStep | None = None,
+) -> dict:
     """Play one episode to its end and describe it: a :class:`~envace_gym.records.RunRecord`, dumped
     (its fields say what each holds, the transcript that ``envace-gym sft`` trains on included).
 
@@ -42,15 +53,24 @@ def run_episode(env: gym.Env, agent: Agent, task_id: str, seed: int | None = Non
     ``ended_by`` ``agent_error`` and the failure in ``error``. The agent's own fields
     (:meth:`~envace_gym.agents.base.Agent.episode_stats`: a private rehearsal's cost) are in it.
     """
-    return next(run_batched([env], agent, [(task_id, seed)]))
+    return next(run_batched([env], agent, [(task_id, seed)], options=options, on_step=on_step))
 
 
-def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> Play:
-    """One episode as a coroutine: it yields each observation and is sent the agent's action;
-    an exception thrown in (the agent's) ends the episode as ``agent_error``. It returns the
-    record of :func:`run_episode`."""
+def play(
+    env: gym.Env,
+    agent: Agent,
+    task_id: str,
+    seed: int | None = None,
+    options: dict | None = None,
+    on_step: OnStep | None = None,
+) -> Play:
+    """One episode as a coroutine: the package's one episode loop (``run``, ``compare``, ``eval`` and
+    training's held-out measures all play through it). It yields each observation and is sent the
+    agent's action; an exception thrown in (the agent's) ends the episode as ``agent_error``. It returns
+    the record of :func:`run_episode`. ``options``: more of ``reset``'s options (``dynamics``);
+    ``on_step``: told of each step."""
     start = time.perf_counter()
-    obs, info = env.reset(seed=seed, options={"task_id": task_id})
+    obs, info = env.reset(seed=seed, options={**(options or {}), "task_id": task_id})
     opening, tools = len(obs["messages"]), obs["tools"]
     calls: list[dict] = []  # those the steps' infos reported
     reward, done, failure = 0.0, False, None
@@ -60,7 +80,10 @@ def play(env: gym.Env, agent: Agent, task_id: str, seed: int | None = None) -> P
         except Exception as e:  # the agent's failure, thrown in by run_batched
             failure = str(e) if isinstance(e, ModelServerError) else f"{type(e).__name__}: {e}"
             break
+        role = obs["role"]
         obs, step_reward, terminated, truncated, info = env.step(action)
+        if on_step is not None:
+            on_step(role, info)
         reward = float(step_reward)
         calls += info["tool_calls"]
         done = terminated or truncated
@@ -104,6 +127,8 @@ def run_batched(
     episodes: Sequence[tuple[str, int | None]],
     reseed: bool = False,
     on_turn: Callable[[int, float], None] | None = None,
+    options: dict | None = None,
+    on_step: OnStep | None = None,
 ) -> Generator[dict, None, None]:
     """Play the ``(task_id, seed)`` episodes, ``len(envs)`` at a time, and yield their records as
     they end; an env whose episode ends starts the next one.
@@ -115,7 +140,8 @@ def run_batched(
     ends each episode of it as ``agent_error``. With one env this is :func:`run_episodes`, record for record.
     ``reseed``: each episode's agent randomness is seeded from its seed (``Agent.reseed``), so that its
     record does not depend on which episodes ran before it or beside it. ``on_turn(n, seconds)`` is told
-    of each ``act_batch``: the turns it answered and how long it took.
+    of each ``act_batch``: the turns it answered and how long it took. ``options`` and ``on_step``: each
+    episode's, as :func:`play` takes them.
     """
     actors = [agent, *(agent.bind(env) for env in envs[1:])]
     todo = iter(episodes)
@@ -125,7 +151,7 @@ def run_batched(
         for task_id, seed in todo:
             if reseed and seed is not None:
                 actors[slot].reseed(seed)
-            episode = play(envs[slot], actors[slot], task_id, seed)
+            episode = play(envs[slot], actors[slot], task_id, seed, options, on_step)
             running[slot] = (episode, next(episode))
             return
 

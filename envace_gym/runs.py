@@ -22,10 +22,9 @@ from envace_gym.agents.base import Agent
 from envace_gym.agents.hf import play_settings
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.dynamics import get as get_dynamics
-from envace_gym.env import EnvACEEnv
 from envace_gym.records import OutputLock, id_path, resume_records, safe_name, write_record
 from envace_gym.registration import resolve_env
-from envace_gym.rewards import REWARDS, SPEC_REWARDS
+from envace_gym.rewards import REWARDS, SPEC_REWARDS, default_reward
 from envace_gym.routing import FidelityRouter
 from envace_gym.runner import make_envs, run_batched
 from envace_gym.settings import COUNT, NONNEGATIVE, SEED, SHARE, check_settings, setting
@@ -162,14 +161,15 @@ class Run:
         )
         if get_dynamics(c.dynamics).answers == "router":  # one router for the run's envs (each Ray worker: its copy)
             self.make_kwargs["router"] = FidelityRouter()
-        if c.reward is None:
-            with closing(gym.make(env_id, **self.make_kwargs)) as made:  # an MCP env's server stops with it
-                probe = unwrap(made)
-                reward = None if probe.reward else comparable_reward(probe)  # a registered reward is kept
-            if reward is not None:
-                self.make_kwargs["reward"] = reward
         self.envs = make_envs(env_id, c.batch if c.workers is None else 1, **self.make_kwargs)
         inner, dynamics = unwrap(self.envs[0]), get_dynamics(c.dynamics)
+        if inner.reward is None:  # none given or registered: the one default (a registered reward is kept)
+            tasks = [inner.suite.task(t) for t in inner.task_ids]
+            reward = default_reward(inner.suite, c.dynamics, tasks, purpose="run")
+            if reward is not None:
+                self.make_kwargs["reward"] = reward
+                for env in self.envs:
+                    unwrap(env).reward = reward
         self.max_turns = inner.max_turns or 50  # for the run's time estimate
         self.reward_note = (
             None
@@ -362,27 +362,12 @@ def reward_note(used: str, why: str) -> str:
     )
 
 
-def comparable_reward(env: EnvACEEnv) -> str | None:
-    """``run``'s reward when none is given: where the policy (or a simulator, a recording) answers the
-    calls and the suite can rebuild its world here, ``replay`` (the world's own evaluation of the calls,
-    after the fact), so that the mean means what a real run's ``world`` reward means; else None (the
-    dynamics' default, or the judge for tasks without gold)."""
-    suite = env.suite
-    replays = (
-        get_dynamics(env.dynamics).answers != "world"
-        and suite.private_worlds
-        and all(suite.has_gold(suite.task(t)) for t in env.task_ids)
-    )
-    return "replay" if replays else None
-
-
 def check_reward_available(env: gym.Env) -> None:
     """Refuse to start a run whose reward cannot be computed (a judge that is not configured)."""
     inner = unwrap(env)
-    task = inner.suite.task(inner.task_ids[0]) if inner.task_ids else None
     reward = inner.reward
-    if reward is None and task is not None and not inner.suite.has_gold(task):
-        reward = inner.suite.judge_reward()
+    if reward is None and inner.task_ids:
+        reward = default_reward(inner.suite, inner.dynamics, [inner.suite.task(inner.task_ids[0])])
     unavailable = getattr(reward, "unavailable", None)
     if unavailable:
         raise ValueError(f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: {unavailable}")

@@ -68,7 +68,7 @@ from envace_gym.rewards import actions_share_reward, strict_progress_reward
 from envace_gym.runner import run_episodes
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
-from envace_gym.training.evaluation import fidelity, play
+from envace_gym.training.evaluation import fidelity, held_out
 from envace_gym.training.rollout import collect
 from envace_gym.training.sft import episode_tokens, role_nll
 
@@ -122,7 +122,7 @@ class Study:
         env = self.envs[split]
         ids = env.unwrapped.task_ids[: tasks or self.args.eval_tasks]
         agent = HFAgent(self.init, model=policy.model, tokenizer=policy.tokenizer, max_new_tokens=self.args.new_tokens)
-        out = play(env, agent, ids)
+        out = held_out(env, agent, ids)
         if self.args.sampled_eval:  # the sampling policy that GRPO trains, one episode per task
             sampler = HFAgent(
                 self.init,
@@ -132,7 +132,7 @@ class Study:
                 temperature=self.args.temperature,
                 seed=self.seed,
             )
-            out["sampled_reward"] = play(env, sampler, ids)["reward"]
+            out["sampled_reward"] = held_out(env, sampler, ids)["reward"]
         if fidelity_tasks != 0:
             out.update(fidelity(env, agent, ids[:fidelity_tasks]))
         return out

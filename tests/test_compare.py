@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.cli import app
-from envace_gym.compare import METRICS, compare_calls, summarize
-from envace_gym.fidelity import fidelity
+from envace_gym.compare import compare_calls
+from envace_gym.fidelity import METRICS, fidelity, summarize
 
 TASKS = ["5", "9", "10", "11", "12", "13", "14", "15"]
 

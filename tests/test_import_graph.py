@@ -101,7 +101,6 @@ GYM_MAKES = {
     "envace_gym/integrations/verl.py": 2,  # the dataset's openings, the agent loop's envs
     "envace_gym/registration.py": 1,  # registration.suite on an id made by a user's own factory
     "envace_gym/runner.py": 2,
-    "envace_gym/runs.py": 1,  # a reward a user's factory registered with its id
     "envace_gym/testing.py": 1,  # check_env's env
     "envace_gym/training/sft.py": 1,  # the oracle's demonstrations
     "envace_gym/training/trainer.py": 2,  # the rollout envs and the held-out env
@@ -119,3 +118,62 @@ def test_gym_make_only_where_episodes_are_played():
         if calls:
             counts[path.relative_to(ROOT.parent).as_posix()] = len(calls)
     assert counts == GYM_MAKES
+
+
+def _calls_of(tree: ast.AST, attribute: str) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attribute
+    ]
+
+
+#: where the package asks whether tasks have gold: the decision of the default reward is made once
+HAS_GOLD = {
+    "envace_gym/rewards.py",  # default_reward: the one decision
+    "envace_gym/grader.py",  # the grader's own scoring
+    "envace_gym/suite.py",  # Suite.has_gold, its grader's
+    "envace_gym/cli/envs.py",  # `envs --tasks` lists each task's gold calls
+    "envace_gym/evaluation/evaluate.py",  # the world-model table's actor: the oracle where gold exists
+}
+
+
+def test_one_default_reward():
+    """The default reward is decided by rewards.default_reward alone: a second decision would ask whether
+    tasks have gold (or name a dynamics' default reward) somewhere else."""
+    asking = {
+        path.relative_to(ROOT.parent).as_posix()
+        for path in ROOT.rglob("*.py")
+        if _calls_of(ast.parse(path.read_text()), "has_gold")
+    }
+    assert asking == HAS_GOLD
+    defaults = {
+        path.relative_to(ROOT.parent).as_posix()
+        for path in ROOT.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "default_reward" and isinstance(node.ctx, ast.Load)
+    }
+    assert defaults <= {"envace_gym/rewards.py", "envace_gym/runs.py"}  # runs: the note naming it
+
+
+#: functions that both reset and step an env: the one episode loop, and those that step an env for
+#: someone else (an adapter answers its caller's requests; a private rehearsal steps its own fork)
+STEPPERS = {
+    "envace_gym/runner.py:play",  # the one episode loop
+    "envace_gym/testing.py:oracle_replies",  # a fixture: the oracle's replies as text, for a token agent
+}
+
+
+def test_one_episode_loop():
+    """Every episode the package plays to its end goes through runner.play: no other function resets an
+    env and then steps it in a loop."""
+    found = set()
+    for path in ROOT.rglob("*.py"):
+        for func in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(func, ast.FunctionDef):
+                continue
+            loops = [node for node in ast.walk(func) if isinstance(node, (ast.While, ast.For))]
+            stepped = any(_calls_of(loop, "step") for loop in loops)
+            if stepped and _calls_of(func, "reset"):
+                found.add(f"{path.relative_to(ROOT.parent).as_posix()}:{func.name}")
+    assert found == STEPPERS

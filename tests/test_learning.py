@@ -12,7 +12,7 @@ from envace_gym.agents.hf import HFAgent
 from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.checkpoint import latest
-from envace_gym.training.evaluation import play
+from envace_gym.training.evaluation import held_out
 
 ENV = "EnvACE/tau2-mock-gen-v0"
 NEW_TOKENS, MAX_TURNS = 32, 5
@@ -27,12 +27,12 @@ def model(tmp_path_factory):
 @pytest.mark.slow
 def test_sft_then_grpo_learn(model, tmp_path):
     torch.manual_seed(0)
-    held_out = gym.make(ENV, split="test", dynamics="real", max_turns=MAX_TURNS)
-    tasks = held_out.unwrapped.task_ids[:6]
+    test_env = gym.make(ENV, split="test", dynamics="real", max_turns=MAX_TURNS)
+    tasks = test_env.unwrapped.task_ids[:6]
 
     def valid_calls(policy):  # greedy, on held-out tasks in the real env
         agent = HFAgent(model, model=policy.model, tokenizer=policy.tokenizer, max_new_tokens=NEW_TOKENS)
-        return play(held_out, agent, tasks)["valid_calls"]
+        return held_out(test_env, agent, tasks)["valid_calls"]
 
     sft = SFT(
         SFTConfig(

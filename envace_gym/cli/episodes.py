@@ -19,7 +19,8 @@ from rich.table import Table
 from envace_gym import agents
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
 from envace_gym.cli.output import console, fail, progress, styled, user_errors
-from envace_gym.compare import METRICS, compare_calls, determinism, plot, summarize
+from envace_gym.compare import compare_calls, determinism, plot
+from envace_gym.fidelity import METRICS, summarize
 from envace_gym.records import OutputLock, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.runner import make_envs
@@ -216,9 +217,10 @@ def compare(
         make_kwargs = env_kwargs(env_id, split, task_ids, dynamics="shadow")
         (shadow,) = make_envs(env_id, 1, **make_kwargs)
         ids = unwrap(shadow).task_ids[:limit]
+        agent_failures: list[tuple[str, str]] = []  # an agent's exception ends its episode, kept as a failure
         if workers is None:
             acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
-            stream = compare_calls(shadow, acting, rehearsing, ids, seed=seed)
+            stream = compare_calls(shadow, acting, rehearsing, ids, seed=seed, failures=agent_failures)
         else:
             from envace_gym.distributed import WorkerSpec, run_distributed
 
@@ -238,6 +240,9 @@ def compare(
                 continue
             write_record(f, record)
             records.append(record)
+    for task_id, error in agent_failures:
+        failed.append({"task_id": task_id, "error": error})
+        console.print(styled(f"task {task_id} failed:", f" {error}"), soft_wrap=True)
     if not records:
         console.print("no tool call was made: nothing to compare")
         raise typer.Exit(1)

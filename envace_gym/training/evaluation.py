@@ -10,34 +10,32 @@ import gymnasium as gym
 from envace_gym import agents
 from envace_gym.compare import compare_calls
 from envace_gym.rewards import actions_share_reward
+from envace_gym.runner import run_episode
 from envace_gym.wrappers import unwrap
 
 
-def play(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
-    """Episodes of ``agent`` in ``env``: mean reward, mean share of gold actions matched
-    (``gold_share``, :func:`~envace_gym.rewards.actions_share_reward`), and the valid-call
-    rate: the share of act turns that make at least one tool call and whose calls all pass
+def held_out(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
+    """Episodes of ``agent`` in ``env`` (:func:`~envace_gym.runner.run_episode`): mean reward, mean share
+    of gold actions matched (``gold_share``, :func:`~envace_gym.rewards.actions_share_reward`), and the
+    valid-call rate: the share of act turns that make at least one tool call and whose calls all pass
     validation (``error`` None in ``info["tool_calls"]``)."""
-    rewards, shares, turns, valid = [], [], 0, 0
+    turns: list[bool] = []  # each act turn: valid or not
+
+    def count(role: str, info: dict) -> None:
+        if role == "act":
+            calls = info["tool_calls"]
+            turns.append(bool(calls) and all(c["error"] is None for c in calls))
+
+    rewards, shares = [], []
     for i, task_id in enumerate(task_ids):
-        obs, _ = env.reset(seed=seed + i, options={"task_id": task_id})
-        done = False
-        while not done:
-            role = obs["role"]
-            obs, reward, terminated, truncated, info = env.step(agent.act(obs))
-            if role == "act":
-                calls = info["tool_calls"]
-                turns += 1
-                valid += bool(calls) and all(c["error"] is None for c in calls)
-            done = terminated or truncated
-        rewards.append(reward)
+        rewards.append(run_episode(env, agent, task_id, seed + i, on_step=count)["reward"])
         episode = unwrap(env).episode
         assert episode is not None  # the one just played
         shares.append(actions_share_reward(episode)[0])
     return {
         "reward": statistics.fmean(rewards),
         "gold_share": statistics.fmean(shares),
-        "valid_calls": valid / turns if turns else 0.0,
+        "valid_calls": statistics.fmean(turns) if turns else 0.0,
     }
 
 

@@ -16,6 +16,7 @@ import torch
 from envace_gym import agents, registration
 from envace_gym.compare import compare_calls
 from envace_gym.dynamics import get as get_dynamics
+from envace_gym.rewards import default_reward
 from envace_gym.routing import FidelityRouter
 from envace_gym.runner import run_episode
 from envace_gym.training.config import ROLES, TrainConfig
@@ -77,10 +78,10 @@ class Trainer:
         # gets the weights of every update: a vllm: model's agent
         self.engine = None if self.policy.generates else cast("VLLMAgent | VLLMServerAgent", self.policy.agent)
         reward = config.reward
-        if reward is None:  # partial credit where the suite can give it: an all-or-nothing reward rarely varies
+        if reward is None:
             suite, _, task_ids = registration.suite(config.env_id, config.split)
-            gold = all(suite.has_gold(suite.task(t)) for t in config.env_kwargs.get("task_ids") or task_ids)
-            reward = "strict_progress" if gold else None
+            tasks = [suite.task(t) for t in config.env_kwargs.get("task_ids") or task_ids]
+            reward = default_reward(suite, config.dynamics, tasks, purpose="train")
         self.reward = reward
         make = dict(
             dynamics=config.dynamics,
