@@ -19,7 +19,7 @@ import gymnasium as gym
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.testing import tiny_model
+from envace_gym.fixtures import tiny_model
 
 
 def measure(agent, observations, batch_size: int) -> tuple[float, float]:

@@ -22,7 +22,7 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
-from envace_gym.runner import run_episode
+from envace_gym.play.loop import run_episode
 
 
 def episodes_per_second(limits: Limits, n: int) -> float:

@@ -2,7 +2,7 @@
 
 Both sides play the oracle on the paper's envs that run without a judge (BFCL's 15 wrapped categories,
 tau2's three domains), ``--limit`` tasks each, in this process. The baseline makes each env's
-:class:`~envace_gym.runs.Run` and plays it, as ``envace-gym run`` does; ``eval`` does the same through
+:class:`~envace_gym.play.run.Run` and plays it, as ``envace-gym run`` does; ``eval`` does the same through
 :class:`~envace_gym.evaluation.Evaluation`, then scores every benchmark (bfcl-eval's and tau2's code),
 and writes results.json, the Markdown table and the PNG. The two alternate, ``--repeats`` rounds; the
 medians are compared. Then the same as commands: ``envace-gym run`` once per env, one process each,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import envace_gym  # noqa: F401
 from envace_gym.evaluation import PAPER, EvalConfig, Evaluation, markdown, plot
-from envace_gym.runs import Run, RunConfig
+from envace_gym.play.run import Run, RunConfig
 
 
 def one_by_one(limit: int, out: Path) -> float:

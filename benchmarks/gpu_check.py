@@ -82,7 +82,7 @@ def logprob_memory(length: int, bf16: bool, checkpointing: bool) -> dict:
 
 
 def sharded_trainer(folder: Path) -> dict:
-    from envace_gym.testing import tiny_model
+    from envace_gym.fixtures import tiny_model
     from envace_gym.training import TrainConfig, Trainer
 
     model = tiny_model(folder / "model", hidden_size=512, layers=4, env_id="EnvACE/tau2-mock-gen-v0")

@@ -1,6 +1,6 @@
 """Wall time per GRPO iteration: envace-gym's Trainer against TRL's GRPOTrainer, side by side.
 
-Both sides get the same tiny model (``envace_gym.testing.tiny_model``, saved once
+Both sides get the same tiny model (``envace_gym.fixtures.tiny_model``, saved once
 and loaded fresh by each), the same single-turn prompts (BFCL simple_python
 entries, rendered with their tools by the model's chat template), the same batch
 (2 prompts x 4 completions), the same completion budget, sampling at
@@ -24,7 +24,7 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.prompting import render_prompt
-from envace_gym.testing import tiny_model
+from envace_gym.fixtures import tiny_model
 from envace_gym.training.trainer import TrainConfig, Trainer
 
 ENV_ID = "EnvACE/bfcl-simple-python-v0"

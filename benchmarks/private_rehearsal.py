@@ -27,7 +27,7 @@ import gymnasium as gym
 import envace_gym  # noqa: F401
 from envace_gym.agents import KNNAgent, NoisyOracle, OracleAgent, PrivateRehearsal
 from envace_gym.agents.private_rehearsal import SELECTS
-from envace_gym.runner import run_episode
+from envace_gym.play.loop import run_episode
 
 SUITES = {
     "tau2-retail": ("EnvACE/tau2-retail-v0", "test", "train"),

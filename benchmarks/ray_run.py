@@ -24,7 +24,7 @@ import gymnasium as gym
 
 import envace_gym  # noqa: F401
 from envace_gym import agents, make_mcp_env
-from envace_gym.runner import run_batched
+from envace_gym.play.loop import run_batched
 
 SERVER = [sys.executable, str(Path(__file__).with_name("slow_mcp_server.py"))]  # + its port
 TASKS = [
@@ -51,7 +51,7 @@ def in_process(env_id: str, episodes: list, make_kwargs: dict) -> dict:
 
 
 def distributed(spec_id: str, episodes: list, workers: int, make_kwargs: dict) -> dict:
-    from envace_gym.distributed import WorkerSpec, run_distributed
+    from envace_gym.play.distributed import WorkerSpec, run_distributed
 
     start, first = time.perf_counter(), None
     records = []
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=48)
     parser.add_argument("--out", type=Path, default=Path("runs/ray_run.json"))
     args = parser.parse_args()
-    from envace_gym.distributed import connect
+    from envace_gym.play.distributed import connect
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

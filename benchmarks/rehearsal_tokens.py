@@ -24,8 +24,8 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.hf import smollm2_path
 from envace_gym.agents.prompting import render_prompt
+from envace_gym.play.loop import run_episode
 from envace_gym.rehearse_prompts import ResponseCache
-from envace_gym.runner import run_episode
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -2,7 +2,7 @@
 
 The same ``--episodes`` episodes of ``EnvACE/tau2-mock-gen-v0`` (rehearsed dynamics, at most
 ``--max-turns`` act turns each, ``--new-tokens`` greedy tokens per generation) are played one
-at a time and then 8 at a time (:func:`envace_gym.runner.run_episodes` over 8 envs: every
+at a time and then 8 at a time (:func:`envace_gym.play.loop.run_episodes` over 8 envs: every
 round's act and rehearse turns in one ``act_batch``, one vLLM ``generate`` call). The engine's
 KV cache is sized explicitly (``kv_cache_memory_bytes``), as vLLM's CPU backend needs.
 
@@ -19,8 +19,8 @@ import gymnasium as gym
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.runner import run_episodes
-from envace_gym.testing import tiny_model
+from envace_gym.fixtures import tiny_model
+from envace_gym.play.loop import run_episodes
 
 ENV_ID = "EnvACE/tau2-mock-gen-v0"
 ENGINE = {"gpu_memory_utilization": 0.1, "max_model_len": 4096, "dtype": "float32", "kv_cache_memory_bytes": 128 << 20}

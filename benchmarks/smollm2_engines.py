@@ -20,8 +20,8 @@ import gymnasium as gym
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.compare import compare_calls
-from envace_gym.runner import run_episode
+from envace_gym.play.compare import compare_calls
+from envace_gym.play.loop import run_episode
 
 ENV_ID = "EnvACE/tau2-retail-v0"
 ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}

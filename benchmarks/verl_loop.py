@@ -34,9 +34,9 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
-from envace_gym.bounded import execute
+from envace_gym.fixtures import ScriptedAgent, ServerManager, oracle_replies, tiny_model
 from envace_gym.integrations.verl import EnvACEAgentLoop
-from envace_gym.testing import ScriptedAgent, ServerManager, oracle_replies, tiny_model
+from envace_gym.response import execute
 
 ENV_ID = "EnvACE/tau2-mock-office-v0"
 

@@ -1,18 +1,20 @@
 """envace-gym: LLM tool-use tasks as Gymnasium envs with real or rehearsed dynamics."""
 
-from envace_gym.bounded import Response
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.env import EnvACEEnv
 from envace_gym.episode import Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
 from envace_gym.limits import Limits
+from envace_gym.moved import install as _install_moved
 from envace_gym.registration import ENV_IDS, make_mcp_env, register_all, register_suite
 from envace_gym.rehearse_prompts import ResponseCache
+from envace_gym.response import Response
 from envace_gym.suite import ScriptedUser, Suite, User, UserReply, World
 from envace_gym.tools import ToolSet
 from envace_gym.wrappers import SelfRehearsal
 
+_install_moved()  # the old module names (envace_gym.envs, runner, runs, ...) still import
 register_all()
 
 __all__ = [

@@ -10,7 +10,6 @@ from typing import Any, Self
 
 import gymnasium as gym
 
-from envace_gym.bounded import OVER_TIME, Response, checked, execute
 from envace_gym.dynamics import DYNAMICS, check_dynamics
 from envace_gym.episode import CallRecord, Episode, recorded, recording_table
 from envace_gym.errors import ErrorCode, ToolError, error_code_of_text
@@ -28,6 +27,7 @@ from envace_gym.messages import (
     transcript,
 )
 from envace_gym.rehearse_prompts import REHEARSAL_FORMATS, ResponseCache, episode_prompt
+from envace_gym.response import OVER_TIME, Response, checked, execute
 from envace_gym.rewards import RewardFn, check_reward, default_reward, resolve_reward, score_episode
 from envace_gym.routing import FidelityRouter
 from envace_gym.spaces import ActionSpace, ObservationSpace

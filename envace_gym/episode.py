@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from envace_gym.bounded import OVER_TIME, execute
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.limits import Limits
+from envace_gym.response import OVER_TIME, execute
 
 if TYPE_CHECKING:
     from envace_gym.suite import Suite, World

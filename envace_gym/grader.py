@@ -6,10 +6,10 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from envace_gym.bounded import execute
 from envace_gym.episode import Episode, Task, canonical, recording_key
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
+from envace_gym.response import execute
 
 if TYPE_CHECKING:
     from envace_gym.suite import Suite, World

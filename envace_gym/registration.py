@@ -209,7 +209,7 @@ def register_finmcp(path: str | Path, distinct: bool = False) -> str:
     tasks played offline on their recordings; the id is returned. It is ``finmcp/STEM-v0``, or, where that
     id is another file's (or ``distinct``: other files given with it share its name), ``finmcp/STEM-HASH-v0``
     with a hash of the file's path. An id is never taken from another file or registration: a ValueError."""
-    from envace_gym.records import safe_name
+    from envace_gym.play.records import safe_name
     from envace_gym.suites.mcp import MCPSuite, load_finmcp
 
     path = Path(path).resolve()

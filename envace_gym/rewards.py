@@ -6,6 +6,7 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Literal, overload
 
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.episode import Episode, recording_key
@@ -223,6 +224,12 @@ class JudgeReward:
 SPEC_REWARDS: dict[str, Callable[[str], RewardFn]] = {"judge": JudgeReward.from_spec}
 
 
+@overload
+def default_reward(suite, dynamics: str, tasks: Sequence, purpose: Literal["episode"] = ...) -> str | RewardFn: ...
+@overload
+def default_reward(
+    suite, dynamics: str, tasks: Sequence, purpose: Literal["run", "train"]
+) -> str | RewardFn | None: ...
 def default_reward(suite, dynamics: str, tasks: Sequence, purpose: str = "episode") -> str | RewardFn | None:
     """The reward where none is given: the one place this is decided (the env, ``run``, ``train`` and
     ``eval`` ask here). ``tasks``: the tasks it will score. By ``purpose``:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from envace_gym.bounded import Response
 from envace_gym.episode import CallRecord, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader, NoGoldGrader
+from envace_gym.response import Response
 from envace_gym.tools import ToolSet
 
 DEFAULT_SYSTEM_PROMPT = (

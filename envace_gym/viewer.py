@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from envace_gym import records
 from envace_gym.fidelity import flatten
 from envace_gym.messages import escape_tags, loads_bounded
+from envace_gym.play import records
 
 
 def _diff(real, rehearsed) -> dict:

@@ -64,9 +64,9 @@ import torch
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.hf import HFAgent
+from envace_gym.fixtures import tiny_model
+from envace_gym.play.loop import run_episodes
 from envace_gym.rewards import actions_share_reward, strict_progress_reward
-from envace_gym.runner import run_episodes
-from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.evaluation import fidelity, held_out
 from envace_gym.training.rollout import collect

@@ -27,9 +27,9 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.compare import compare_calls
+from envace_gym.fixtures import tiny_model
+from envace_gym.play.compare import compare_calls
 from envace_gym.rewards import actions_share_reward
-from envace_gym.testing import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer, episode_tokens, gold_episodes, held_out_loss
 from envace_gym.training.checkpoint import latest
 

@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """A tiny random-init Qwen3-style model with a tokenizer trained on the spot."""
-    from envace_gym.testing import tiny_model
+    from envace_gym.fixtures import tiny_model
 
     return tiny_model(tmp_path_factory.mktemp("tiny"))
 

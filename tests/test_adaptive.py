@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.cli import app
+from envace_gym.play.loop import run_episode
 from envace_gym.routing import FidelityRouter, merge
-from envace_gym.runner import run_episode
 
 OFFICE = "EnvACE/tau2-mock-office-v0"
 PERFECT = {"parsed": True, "shape": 1.0, "leaf_match": 1.0, "error_agree": True, "exact": True}

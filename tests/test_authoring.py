@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 import envace_gym
 from envace_gym import Suite, Task, ToolSet, World, agents
 from envace_gym.cli import app
+from envace_gym.play.loop import run_episode
 from envace_gym.rewards import REWARDS
-from envace_gym.runner import run_episode
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "my_suite.py"
 ADD = {

@@ -262,7 +262,7 @@ def test_batch_one_is_record_for_record_the_sequential_run_and_batches_use_act_b
     import gymnasium as gym
 
     from envace_gym import agents
-    from envace_gym.runner import run_episodes
+    from envace_gym.play.loop import run_episodes
 
     env = gym.make("EnvACE/tau2-mock-v0", dynamics="rehearsed")
     oracle = agents.load("oracle", env=env)
@@ -378,8 +378,8 @@ def test_records_carry_env_split_seed_and_shadow_fidelity_and_the_summary_a_stan
 
 
 def test_compare_plot_is_readable_for_80_tools():
-    from envace_gym.compare import figure
     from envace_gym.fidelity import METRICS
+    from envace_gym.play.compare import figure
 
     names = [f"a_long_tool_name_of_a_large_suite_{i:02d}" for i in range(80)]
     summary = {name: {"calls": 2, **{m: 0.5 for m in METRICS}} for name in [*names, "all"]}
@@ -581,7 +581,7 @@ def test_a_batched_runs_table_lists_its_episodes_in_task_order(tmp_path):
 def test_a_rehearsed_mcp_runs_note_names_its_reward_and_a_given_reward_needs_none(tmp_path):
     """A real run may have used --reward tool_f1: the note names the reward this run uses and the --reward that
     makes two runs compare, and says nothing when this run was given one (it scores alike under any dynamics)."""
-    from envace_gym.runs import Run, RunConfig
+    from envace_gym.play.run import Run, RunConfig
 
     examples = Path(__file__).parents[1] / "examples"
     (tmp_path / "noted_bank.py").write_text(

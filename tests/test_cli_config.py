@@ -1,5 +1,5 @@
 """The command line built from the config dataclasses (one source for each default and help), `run` as a
-library (`envace_gym.runs.Run`), and the user-path fixes: train's --ray-address help, compare --limit,
+library (`envace_gym.play.run.Run`), and the user-path fixes: train's --ray-address help, compare --limit,
 run's reward names, long runs summarised, held-out loss and eval reward printed."""
 
 import json
@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import envace_gym.training.trainer
 from envace_gym.cli import app, build_app
+from envace_gym.play.run import Run, RunConfig
 from envace_gym.rewards import REWARDS
-from envace_gym.runs import Run, RunConfig
 from envace_gym.training import SFTConfig, TrainConfig
 
 MOCK = "EnvACE/tau2-mock-v0"  # 9 short tasks in its one split, "base"
@@ -222,7 +222,7 @@ def test_the_command_train_prints_plays_its_checkpoint_as_trained_and_shows_its_
 
 
 def test_a_user_spec_with_a_judges_option_is_refused_in_one_line():
-    from envace_gym.runs import user_option
+    from envace_gym.play.run import user_option
 
     assert user_option("llm:m@http://h:1/v1?timeout=5")["user_kwargs"]["timeout"] == 5
     with pytest.raises(ValueError, match="a user takes timeout and max_retries"):

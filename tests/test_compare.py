@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.cli import app
-from envace_gym.compare import compare_calls
 from envace_gym.fidelity import METRICS, fidelity, summarize
+from envace_gym.play.compare import compare_calls
 
 TASKS = ["5", "9", "10", "11", "12", "13", "14", "15"]
 
@@ -87,7 +87,7 @@ def test_compare_cli_writes_records_summary_and_plot(tmp_path):
 
 @pytest.mark.slow
 def test_determinism_measures_how_rehearsals_of_the_same_calls_vary_across_replays(tiny):
-    from envace_gym.compare import compare_calls, determinism
+    from envace_gym.play.compare import compare_calls, determinism
 
     env = gym.make("EnvACE/tau2-mock-office-v0", dynamics="shadow")
     oracle = agents.load("oracle", env=env)

@@ -16,7 +16,7 @@ from envace_gym.agents.base import Agent
 from envace_gym.cli import app
 from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation, markdown
 from envace_gym.evaluation.benchmarks import bfcl_category, bfcl_score
-from envace_gym.runner import run_episode
+from envace_gym.play.loop import run_episode
 from envace_gym.suites.bfcl import categories as bfcl_categories
 
 runner = CliRunner()

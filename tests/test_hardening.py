@@ -11,10 +11,10 @@ import pytest
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.bounded import DumpedJSON, Response
 from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
-from envace_gym.runner import run_episode
+from envace_gym.play.loop import run_episode
+from envace_gym.response import DumpedJSON, Response
 from envace_gym.suites.tau2.suite import Tau2World
 
 

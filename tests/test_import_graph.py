@@ -76,7 +76,7 @@ def test_no_module_is_over_500_lines():
     assert not {path: n for path, n in sizes.items() if n > MAX_LINES}
 
 
-ABOVE_SUITES = ("env", "registration", "agents", "training", "runner", "runs", "evaluation", "integrations", "cli")
+ABOVE_SUITES = ("env", "registration", "agents", "training", "play", "evaluation", "integrations", "cli")
 
 
 def test_suites_sit_below_the_env():
@@ -100,8 +100,8 @@ GYM_MAKES = {
     "envace_gym/integrations/trl.py": 5,  # the dataset's openings, the tool loop's envs, the rollout's envs
     "envace_gym/integrations/verl.py": 2,  # the dataset's openings, the agent loop's envs
     "envace_gym/registration.py": 1,  # registration.suite on an id made by a user's own factory
-    "envace_gym/runner.py": 2,
-    "envace_gym/testing.py": 1,  # check_env's env
+    "envace_gym/play/loop.py": 2,
+    "envace_gym/fixtures.py": 1,  # the oracle's replies to a scripted token agent
     "envace_gym/training/sft.py": 1,  # the oracle's demonstrations
     "envace_gym/training/trainer.py": 2,  # the rollout envs and the held-out env
 }
@@ -153,14 +153,14 @@ def test_one_default_reward():
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Attribute) and node.attr == "default_reward" and isinstance(node.ctx, ast.Load)
     }
-    assert defaults <= {"envace_gym/rewards.py", "envace_gym/runs.py"}  # runs: the note naming it
+    assert defaults <= {"envace_gym/rewards.py", "envace_gym/play/run.py"}  # the note naming it
 
 
 #: functions that both reset and step an env: the one episode loop, and those that step an env for
 #: someone else (an adapter answers its caller's requests; a private rehearsal steps its own fork)
 STEPPERS = {
-    "envace_gym/runner.py:play",  # the one episode loop
-    "envace_gym/testing.py:oracle_replies",  # a fixture: the oracle's replies as text, for a token agent
+    "envace_gym/play/loop.py:play",  # the one episode loop
+    "envace_gym/fixtures.py:oracle_replies",  # a fixture: the oracle's replies as text, for a token agent
 }
 
 

@@ -9,7 +9,7 @@ import torch
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
-from envace_gym.testing import tiny_model
+from envace_gym.fixtures import tiny_model
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.checkpoint import latest
 from envace_gym.training.evaluation import held_out

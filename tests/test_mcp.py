@@ -23,9 +23,9 @@ from mcp_server import Bank, make_server
 
 from envace_gym import EnvACEEnv, agents, make_mcp_env
 from envace_gym.agents.base import Agent, RoleSplit
-from envace_gym.compare import compare_calls
 from envace_gym.fidelity import summarize
 from envace_gym.messages import format_tool_call
+from envace_gym.play.compare import compare_calls
 from envace_gym.rewards import tool_f1_summary
 from envace_gym.suites.mcp import (
     ForkError,

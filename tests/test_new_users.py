@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import envace_gym  # noqa: F401
 from envace_gym.cli import app
-from envace_gym.records import read
+from envace_gym.play.records import read
 from envace_gym.suites.tau2 import get_suite
 
 runner = CliRunner()

@@ -336,7 +336,7 @@ class Recorded(agents.Agent):
 
 @pytest.mark.parametrize("dynamics", ["real", "rehearsed"])
 def test_run_url_plays_a_served_env_with_the_records_of_an_in_process_run(tmp_path, monkeypatch, dynamics):
-    from envace_gym.runs import Run, RunConfig
+    from envace_gym.play.run import Run, RunConfig
 
     monkeypatch.chdir(tmp_path)  # the default records file is under ./runs
 

@@ -16,9 +16,9 @@ import envace_gym  # noqa: F401
 from envace_gym import make_mcp_env
 from envace_gym.cli import app
 from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation
-from envace_gym.records import OutputInUse, OutputLock, id_path, safe_name
+from envace_gym.play.records import OutputInUse, OutputLock, id_path, safe_name
+from envace_gym.play.run import Run, RunConfig, records_file
 from envace_gym.registration import register_factory, register_finmcp
-from envace_gym.runs import Run, RunConfig, records_file
 
 runner = CliRunner()
 OFFICE = "EnvACE/tau2-mock-office-v0"

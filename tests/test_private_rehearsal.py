@@ -12,10 +12,10 @@ from envace_gym import agents
 from envace_gym.agents import NoisyOracle, OracleAgent, PrivateRehearsal
 from envace_gym.agents.base import Agent
 from envace_gym.cli import app
-from envace_gym.compare import compare_calls
 from envace_gym.env import DYNAMICS
 from envace_gym.messages import ToolCall, parse_act
-from envace_gym.runner import run_episode
+from envace_gym.play.compare import compare_calls
+from envace_gym.play.loop import run_episode
 
 SUITES = {"EnvACE/tau2-retail-v0": "0", "EnvACE/bfcl-multi-turn-base-v0": "multi_turn_base_0"}
 SENTINEL = "GOLD-SENTINEL-7f3a"

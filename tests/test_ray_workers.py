@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from envace_gym.cli import app
-from envace_gym.distributed import WorkerSpec, connect, run_distributed
-from envace_gym.records import rows
+from envace_gym.play.distributed import WorkerSpec, connect, run_distributed
+from envace_gym.play.records import rows
 
 MOCK = "EnvACE/tau2-mock-v0"
 AGENTS = str(Path(__file__).with_name("ray_agents.py"))

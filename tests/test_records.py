@@ -12,8 +12,8 @@ import pytest
 import envace_gym
 from envace_gym import agents, records
 from envace_gym.agents.base import Agent
-from envace_gym.records import RunRecord, resume_records, write_record
-from envace_gym.runner import failed_record, run_batched, run_episodes
+from envace_gym.play.loop import failed_record, run_batched, run_episodes
+from envace_gym.play.records import RunRecord, resume_records, write_record
 
 MOCK = "EnvACE/tau2-mock-v0"
 
@@ -77,8 +77,8 @@ def test_an_agents_own_fields_come_from_episode_stats():
     assert agents.load("oracle", env=env).episode_stats() == {}
 
 
-def test_the_runner_knows_no_agent_class():
-    source = Path(envace_gym.__file__).parent / "runner.py"
+def test_the_episode_loop_knows_no_agent_class():
+    source = Path(envace_gym.__file__).parent / "play" / "loop.py"
     imported = {node.module for node in ast.walk(ast.parse(source.read_text())) if isinstance(node, ast.ImportFrom)}
     assert not any(m.startswith("envace_gym.agents.") for m in imported), imported
 

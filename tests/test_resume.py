@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envace_gym.cli import app
-from envace_gym.records import rows
+from envace_gym.play.records import rows
 
 MOCK = "EnvACE/tau2-mock-v0"
 runner = CliRunner()

@@ -281,7 +281,7 @@ def fake_env_server(replies: list, tasks: dict):
 def test_run_url_ends_an_episode_whose_reply_breaks_the_contract_as_server_error_and_goes_on(tmp_path):
     from test_openenv import Recorded
 
-    from envace_gym.runs import Run, RunConfig
+    from envace_gym.play.run import Run, RunConfig
 
     call = {"id": "c1", "name": "find", "arguments": {}, "requestor": "assistant", "source": "real", "error": None}
     bad = {

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from envace_gym.agents.hf import MAX_PLAY_TURNS, HFAgent, play_settings
 from envace_gym.cli import app
+from envace_gym.config_fields import numeric_fields
 from envace_gym.evaluation.evaluate import EvalConfig
-from envace_gym.runs import RunConfig
-from envace_gym.settings import numeric_fields
+from envace_gym.play.run import RunConfig
 from envace_gym.training import SFTConfig, TrainConfig
 
 REQUIRED = {

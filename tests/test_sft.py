@@ -13,7 +13,7 @@ from envace_gym import agents
 from envace_gym.agents import Agent
 from envace_gym.agents.prompting import Generation
 from envace_gym.cli import app
-from envace_gym.runner import run_episode
+from envace_gym.play.loop import run_episode
 from envace_gym.training import (
     SFT,
     CheckpointError,

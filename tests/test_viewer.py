@@ -241,7 +241,7 @@ def test_a_page_of_odd_records_renders(odd_report):
 
 
 def test_records_keep_line_separators_and_read_crlf(tmp_path):
-    from envace_gym import records
+    from envace_gym.play import records
 
     path = tmp_path / "r.jsonl"
     path.write_bytes((json.dumps({"text": SEPARATORS}, ensure_ascii=False) + "\r\n" + '{"a": 1}\r\n').encode())
@@ -249,7 +249,7 @@ def test_records_keep_line_separators_and_read_crlf(tmp_path):
 
 
 def test_a_deeply_nested_record_is_one_error_naming_its_line(tmp_path):
-    from envace_gym import records
+    from envace_gym.play import records
 
     path = tmp_path / "deep.jsonl"
     fine = {"text": "[{" * 5000, "deep": json.loads("[" * 200 + "]" * 200)}  # brackets in strings do not count

@@ -26,10 +26,10 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.cli import app
-from envace_gym.compare import compare_calls
 from envace_gym.evaluation import EvalResults
 from envace_gym.messages import format_tool_call
 from envace_gym.openai_client import ChatEndpoint
+from envace_gym.play.compare import compare_calls
 
 DELIVERY, INSTORE = "EnvACE/vitabench-delivery-v0", "EnvACE/vitabench-instore-v0"
 ANY_ORDER_ID = re.compile(r"\bO[TIO][0-9a-f]{10}\b")  # delivery, in-store and OTA order ids

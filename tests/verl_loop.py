@@ -22,8 +22,8 @@ from verl.workers.rollout.replica import TokenOutput
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
+from envace_gym.fixtures import ScriptedAgent, ServerManager, oracle_replies
 from envace_gym.integrations import verl as envace_verl
-from envace_gym.testing import ScriptedAgent, ServerManager, oracle_replies
 from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import collect
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer.main
 
 from envace_gym.cli import build_app
-from envace_gym.records import CompareRecord, RunRecord
+from envace_gym.play.records import CompareRecord, RunRecord
 
 RECORDS = {"run-record": RunRecord, "compare-record": CompareRecord}
 

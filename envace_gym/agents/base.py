@@ -26,7 +26,7 @@ class Agent(ABC):
         """Seed this agent's own randomness for the episode about to start (none: nothing to do)."""
 
     def episode_stats(self) -> dict:
-        """This agent's fields of the current episode's run record (:class:`~envace_gym.records.RunRecord`),
+        """This agent's fields of the current episode's run record (:class:`~envace_gym.play.records.RunRecord`),
         such as its private rehearsal's cost; none by default."""
         return {}
 

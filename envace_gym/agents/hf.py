@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from envace_gym.agents.prompting import Generation, TokenAgent, completion
 from envace_gym.cache import cache_dir as default_cache_dir
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
-from envace_gym.settings import COUNT, NONNEGATIVE, Range, check_number
+from envace_gym.config_fields import COUNT, NONNEGATIVE, Range, check_number
 
 if TYPE_CHECKING:
     from transformers.generation import GenerateDecoderOnlyOutput

@@ -8,7 +8,7 @@ import typer
 from envace_gym.cli import envs, episodes, evaluation, training
 from envace_gym.cli.options import config_command
 from envace_gym.evaluation import EvalConfig
-from envace_gym.runs import RunConfig
+from envace_gym.play.run import RunConfig
 from envace_gym.training.config import SFTConfig, TrainConfig
 
 

@@ -12,8 +12,8 @@ import envace_gym
 from envace_gym import registration
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, SPLIT, TASK_IDS, given_env
 from envace_gym.cli.output import console, styled, user_errors
+from envace_gym.play.run import env_kwargs, user_option
 from envace_gym.registration import resolve_env
-from envace_gym.runs import env_kwargs, user_option
 
 
 def list_envs(

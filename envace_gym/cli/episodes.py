@@ -1,4 +1,4 @@
-"""The commands that play episodes and show them: ``run`` (:class:`envace_gym.runs.Run`),
+"""The commands that play episodes and show them: ``run`` (:class:`envace_gym.play.run.Run`),
 ``compare`` (real against rehearsed calls) and ``view`` (an HTML report)."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from rich.table import Table
 from envace_gym import agents
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
 from envace_gym.cli.output import console, fail, progress, styled, user_errors
-from envace_gym.compare import compare_calls, determinism, plot
+from envace_gym.config_fields import check_least
 from envace_gym.fidelity import METRICS, summarize
-from envace_gym.records import OutputLock, write_record
+from envace_gym.play.compare import compare_calls, determinism, plot
+from envace_gym.play.loop import make_envs
+from envace_gym.play.records import OutputLock, write_record
+from envace_gym.play.run import Run, RunConfig, check_not_written, env_kwargs, records_file
 from envace_gym.registration import resolve_env
-from envace_gym.runner import make_envs
-from envace_gym.runs import Run, RunConfig, check_not_written, env_kwargs, records_file
-from envace_gym.settings import check_least
 from envace_gym.wrappers import unwrap
 
 RUN_FIELDS = {"env_id": None}  # given as ENV_ID or --env: RUN_PARAMS
@@ -222,7 +222,7 @@ def compare(
             acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
             stream = compare_calls(shadow, acting, rehearsing, ids, seed=seed, failures=agent_failures)
         else:
-            from envace_gym.distributed import WorkerSpec, run_distributed
+            from envace_gym.play.distributed import WorkerSpec, run_distributed
 
             episodes = [(task_id, seed + i) for i, task_id in enumerate(ids)]
             stream = run_distributed(

@@ -1,7 +1,7 @@
 """The options the commands share, and commands whose options are a config dataclass's fields.
 
 :func:`config_command` gives a command one option per field (``--FIELD-NAME``), with the field's
-help (``metadata["help"]``, :func:`envace_gym.settings.setting`) and default, read when the app is
+help (``metadata["help"]``, :func:`envace_gym.config_fields.setting`) and default, read when the app is
 built. A field typer cannot take as it is (a dict) or that the command line gives otherwise (another
 name, a default of its own, a text that becomes a list) is declared once, as a :class:`Given`.
 """
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional, Union, get_args, get_origin, get_ty
 
 import typer
 
-from envace_gym.runs import RunConfig
+from envace_gym.play.run import RunConfig
 
 #: The env of a command given none.
 DEFAULT_ENV = "EnvACE/tau2-retail-v0"

@@ -155,7 +155,7 @@ def tiny_model_command(
     seed: Annotated[int, typer.Option(help="Seed of the random init.")] = 0,
 ) -> None:
     """Write a tiny random-init Qwen3 model with a tokenizer trained here (no hub needed)."""
-    from envace_gym.testing import tiny_model
+    from envace_gym.fixtures import tiny_model
 
     with user_errors():
         written = tiny_model(

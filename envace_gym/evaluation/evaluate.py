@@ -1,4 +1,4 @@
-"""``envace-gym eval``: an agent on the paper's benchmarks (or chosen envs), each a :class:`~envace_gym.runs.Run`
+"""``envace-gym eval``: an agent on the paper's benchmarks (or chosen envs), each a :class:`~envace_gym.play.run.Run`
 with its records in ``OUT/records``, scored as its leaderboard scores it; optionally again under private
 rehearsal, and as a world model on shadow episodes beside the oracle (the bound) and knn (the baseline)."""
 
@@ -17,7 +17,7 @@ import gymnasium as gym
 
 from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
-from envace_gym.compare import compare_calls
+from envace_gym.config_fields import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.evaluation.benchmarks import KNOWN, PAPER, Benchmark, absent_category, domain_name, own_benchmark
 from envace_gym.evaluation.results import (
     WORLD_METRICS,
@@ -29,10 +29,10 @@ from envace_gym.evaluation.results import (
     plot,
     reported,
 )
-from envace_gym.records import OutputLock, RunRecord, id_path, safe_name, write_record
+from envace_gym.play.compare import compare_calls
+from envace_gym.play.records import OutputLock, RunRecord, id_path, safe_name, write_record
+from envace_gym.play.run import Run, RunConfig, check_not_written, given_ids
 from envace_gym.registration import resolve_env
-from envace_gym.runs import Run, RunConfig, check_not_written, given_ids
-from envace_gym.settings import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.specs import parse_spec
 from envace_gym.wrappers import unwrap
 
@@ -354,8 +354,8 @@ def task_count(env_id: str, split: str | None) -> int | None:
 
 
 def read(path: Path) -> list[dict]:
-    """A run's records, each checked against :class:`~envace_gym.records.RunRecord`."""
-    from envace_gym.records import rows
+    """A run's records, each checked against :class:`~envace_gym.play.records.RunRecord`."""
+    from envace_gym.play.records import rows
 
     return [RunRecord.model_validate(r).model_dump() for r in rows(path)] if path.exists() else []
 

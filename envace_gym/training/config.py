@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from envace_gym.config_fields import COUNT, NONNEGATIVE, POSITIVE, SEED, check_settings, setting
 from envace_gym.dynamics import get as get_dynamics
-from envace_gym.settings import COUNT, NONNEGATIVE, POSITIVE, SEED, check_settings, setting
 
 ROLES = ("act", "rehearse")  # the roles one model is trained in
 ROLES_HELP = "Roles trained: act,rehearse | act | rehearse."

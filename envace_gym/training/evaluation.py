@@ -8,14 +8,14 @@ import statistics
 import gymnasium as gym
 
 from envace_gym import agents
-from envace_gym.compare import compare_calls
+from envace_gym.play.compare import compare_calls
+from envace_gym.play.loop import run_episode
 from envace_gym.rewards import actions_share_reward
-from envace_gym.runner import run_episode
 from envace_gym.wrappers import unwrap
 
 
 def held_out(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
-    """Episodes of ``agent`` in ``env`` (:func:`~envace_gym.runner.run_episode`): mean reward, mean share
+    """Episodes of ``agent`` in ``env`` (:func:`~envace_gym.play.loop.run_episode`): mean reward, mean share
     of gold actions matched (``gold_share``, :func:`~envace_gym.rewards.actions_share_reward`), and the
     valid-call rate: the share of act turns that make at least one tool call and whose calls all pass
     validation (``error`` None in ``info["tool_calls"]``)."""
@@ -40,7 +40,7 @@ def held_out(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
 
 
 def fidelity(env: gym.Env, agent, task_ids: list[str], seed: int = 0) -> dict:
-    """The rehearse role's fidelity on ``task_ids``' calls (:func:`~envace_gym.compare.compare_calls`:
+    """The rehearse role's fidelity on ``task_ids``' calls (:func:`~envace_gym.play.compare.compare_calls`:
     the oracle acts, ``agent`` rehearses, the world answers): mean ``parsed``, ``leaf_match`` and ``exact``."""
     calls = list(compare_calls(env, agents.load("oracle", env=env), agent, task_ids, seed=seed))
     return {

@@ -19,8 +19,8 @@ import torch
 from envace_gym import agents
 from envace_gym.agents.hf import HFAgent
 from envace_gym.agents.prompting import TokenAgent
-from envace_gym.records import rows as jsonl_rows
-from envace_gym.records import training_figure, write_record
+from envace_gym.play.records import rows as jsonl_rows
+from envace_gym.play.records import training_figure, write_record
 from envace_gym.training import checkpoint, sharding
 
 
@@ -318,7 +318,7 @@ def _config_json(config, indent: int | None = None) -> str:
 
 
 def plot_metrics(path: Path, png: Path) -> None:
-    """The training curves of ``metrics.jsonl`` (:func:`~envace_gym.records.training_figure`) as a PNG."""
+    """The training curves of ``metrics.jsonl`` (:func:`~envace_gym.play.records.training_figure`) as a PNG."""
     fig = training_figure(jsonl_rows(path))
     import matplotlib.pyplot as plt
 

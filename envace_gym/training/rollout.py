@@ -31,7 +31,7 @@ from envace_gym.agents.prompting import is_inline_rehearsal, render_prompt
 from envace_gym.training.grpo import ROLE_IDS
 
 if TYPE_CHECKING:
-    from envace_gym.distributed import EnvPool
+    from envace_gym.play.distributed import EnvPool
 
 
 @dataclass
@@ -84,7 +84,7 @@ def answered_otherwise(call_id: str, info: dict) -> bool:
 
 def reset_all(envs, requests: list[tuple[int, dict]]) -> list[tuple[dict, dict]]:
     """Reset env ``i`` with the ``i``-th ``(seed, options)``: in turn, or all at once where ``envs`` can
-    (an :class:`~envace_gym.distributed.EnvPool` of Ray actors)."""
+    (an :class:`~envace_gym.play.distributed.EnvPool` of Ray actors)."""
     if hasattr(envs, "reset_many"):
         return envs.reset_many(requests)
     return [env.reset(seed=seed, options=options) for env, (seed, options) in zip(envs, requests)]
@@ -138,7 +138,7 @@ def collect(
 ) -> list[Rollout]:
     """Play ``group_size`` episodes of every task (one env each), generations batched across envs.
 
-    ``envs`` may also be an :class:`~envace_gym.distributed.EnvPool`: the envs live in Ray actors and
+    ``envs`` may also be an :class:`~envace_gym.play.distributed.EnvPool`: the envs live in Ray actors and
     each round's steps run there in parallel (users, judges, slow tools), generation staying here.
     Returns the conversation row of every episode (in task order), then the rows of
     prompted rehearse generations, if any, then with ``world_targets`` the :func:`world_row` of

@@ -1,6 +1,6 @@
 """Role-masked SFT warm start on recorded real episodes, in ``train``'s token layout.
 
-An episode is a ``run`` record (:func:`envace_gym.runner.run_episode`: ``messages``,
+An episode is a ``run`` record (:func:`envace_gym.play.loop.run_episode`: ``messages``,
 ``tools``, ``opening_messages``, ``real_call_ids``). It becomes the token sequence an
 inline-rehearsal rollout of it would be (:func:`envace_gym.training.rollout.collect`): the
 agent's assistant messages are ``act`` tokens, the tool messages the real world
@@ -27,8 +27,8 @@ from envace_gym import agents
 from envace_gym.agents.prompting import ROLES as PROMPT_ROLES
 from envace_gym.agents.prompting import render_prompt
 from envace_gym.messages import MAX_JSON_DEPTH, json_depth
-from envace_gym.records import rows
-from envace_gym.runner import run_episodes
+from envace_gym.play.loop import run_episodes
+from envace_gym.play.records import rows
 from envace_gym.training.config import ROLES, SFTConfig
 from envace_gym.training.grpo import ROLE_IDS, token_logprobs
 from envace_gym.training.policy import Policy
@@ -89,7 +89,7 @@ def gold_episodes(
 
 
 def load_episodes(path: str | Path, max_episodes: int | None = None) -> list[dict]:
-    """The records of a ``run`` output (JSONL, read by :func:`~envace_gym.records.rows`: a bad line is a
+    """The records of a ``run`` output (JSONL, read by :func:`~envace_gym.play.records.rows`: a bad line is a
     ValueError naming the file and line), each checked (:func:`check_record`: a bad record is a ValueError
     naming the file and the episode)."""
     try:

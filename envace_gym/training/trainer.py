@@ -14,11 +14,11 @@ import numpy as np
 import torch
 
 from envace_gym import agents, registration
-from envace_gym.compare import compare_calls
 from envace_gym.dynamics import get as get_dynamics
+from envace_gym.play.compare import compare_calls
+from envace_gym.play.loop import run_episode
 from envace_gym.rewards import default_reward
 from envace_gym.routing import FidelityRouter
-from envace_gym.runner import run_episode
 from envace_gym.training.config import ROLES, TrainConfig
 from envace_gym.training.grpo import ROLE_IDS, grpo_loss, token_advantages, token_logprobs
 from envace_gym.training.policy import Policy
@@ -27,7 +27,7 @@ from envace_gym.wrappers import unwrap
 
 if TYPE_CHECKING:
     from envace_gym.agents.vllm import VLLMAgent, VLLMServerAgent
-    from envace_gym.distributed import EnvPool
+    from envace_gym.play.distributed import EnvPool
 
 
 class Trainer:
@@ -95,7 +95,7 @@ class Trainer:
         self.router = FidelityRouter(budget=config.real_call_budget) if routes else None
         n_envs = len(self._my_tasks(range(config.tasks_per_step))) * config.group_size
         if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel
-            from envace_gym.distributed import EnvPool
+            from envace_gym.play.distributed import EnvPool
 
             self.envs: list[gym.Env] | EnvPool = EnvPool(
                 config.env_id, n_envs, config.rollout_workers, dict(split=config.split, **make), config.ray_address

@@ -29,11 +29,11 @@ from bfcl_eval.constants.default_prompts import (
     MAXIMUM_STEP_LIMIT,
 )
 
-from envace_gym.bounded import DumpedJSON, Response
 from envace_gym.episode import CallRecord, Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
+from envace_gym.response import DumpedJSON, Response
 from envace_gym.state import deep_copy
 from envace_gym.suite import Suite, User, UserReply, World
 from envace_gym.suites.bfcl import categories, source

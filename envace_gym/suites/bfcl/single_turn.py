@@ -25,11 +25,11 @@ from envace_gym.suites.bfcl import categories, source  # source first: it points
 from bfcl_eval.constants.enums import Language
 from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 
-from envace_gym.bounded import Response
 from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
+from envace_gym.response import Response
 from envace_gym.suite import Suite, User, World
 from envace_gym.suites.bfcl.schemas import openai_schema, tool_name
 from envace_gym.tools import ToolSet

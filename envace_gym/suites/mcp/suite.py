@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from envace_gym.bounded import Response
 from envace_gym.episode import Task
 from envace_gym.grader import Grader
 from envace_gym.messages import format_tool_call
+from envace_gym.response import Response
 from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Suite, World
 from envace_gym.suites.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
 from envace_gym.suites.mcp.worlds import MCPWorld, RecordedWorld

@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envace_gym.bounded import Response
 from envace_gym.episode import Task
 from envace_gym.messages import escape_tags, loads_bounded
+from envace_gym.response import Response
 
 
 class GoldCall(BaseModel):

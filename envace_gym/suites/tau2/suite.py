@@ -21,9 +21,9 @@ from tau2.utils import load_file
 from tau2.utils.pydantic_utils import update_pydantic_model_with_dict
 from tau2.utils.utils import DATA_DIR
 
-from envace_gym.bounded import DumpedJSON, Response
 from envace_gym.episode import Task
 from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.response import DumpedJSON, Response
 from envace_gym.state import cow_model, fork_model
 from envace_gym.suite import Suite, User, World
 from envace_gym.suites.tau2.grader import Tau2Grader

@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from functools import cache, cached_property, partial
 from typing import Any
 
-from envace_gym.bounded import Response
 from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import NoGoldGrader
+from envace_gym.response import Response
 from envace_gym.suite import Suite, User, World
 from envace_gym.suites.vitabench.source import CROSS_DOMAIN, DOMAINS, LANGUAGE, ROOT_VARIABLE, TASK_SETS, load, root
 from envace_gym.tools import ToolSet

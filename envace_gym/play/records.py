@@ -27,7 +27,7 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 class RunRecord(BaseModel):
     """One episode of ``envace-gym run``: a line of its JSONL output, its fields in this order.
 
-    :mod:`~envace_gym.runner` builds it and yields ``model_dump()``; ``run --resume`` validates what it
+    :mod:`~envace_gym.play.loop` builds it and yields ``model_dump()``; ``run --resume`` validates what it
     reads back with it; the viewer, ``sft`` and the study read its fields; ``model_json_schema()`` is its
     schema. The fields with a default keep it in the record of an episode that could not be played, and
     the rehearsal fields in that of an agent that does not rehearse.

@@ -13,7 +13,7 @@ from envace_gym.agents import Agent
 from envace_gym.env import EnvACEEnv
 from envace_gym.fidelity import summarize
 from envace_gym.openai_client import ModelServerError
-from envace_gym.records import RunRecord
+from envace_gym.play.records import RunRecord
 from envace_gym.wrappers import unwrap
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def run_episode(
     options: dict | None = None,
     on_step: OnStep | None = None,
 ) -> dict:
-    """Play one episode to its end and describe it: a :class:`~envace_gym.records.RunRecord`, dumped
+    """Play one episode to its end and describe it: a :class:`~envace_gym.play.records.RunRecord`, dumped
     (its fields say what each holds, the transcript that ``envace-gym sft`` trains on included).
 
     An agent whose model server fails, or whose own code raises, ends the episode: reward 0,

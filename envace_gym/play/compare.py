@@ -13,11 +13,11 @@ import gymnasium as gym
 
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
-from envace_gym.bounded import execute
 from envace_gym.fidelity import METRICS, fidelity
 from envace_gym.messages import escape_tags
-from envace_gym.records import CompareRecord
-from envace_gym.runner import run_episode
+from envace_gym.play.loop import run_episode
+from envace_gym.play.records import CompareRecord
+from envace_gym.response import execute
 from envace_gym.wrappers import unwrap
 
 
@@ -30,7 +30,7 @@ def compare_calls(
     failures: list[tuple[str, str]] | None = None,
 ) -> Iterator[dict]:
     """Shadow episodes (actions from ``actor``, rehearsals from ``rehearser``), played by
-    :func:`~envace_gym.runner.run_episode`: one record per call. With a ``failures`` list, an agent's
+    :func:`~envace_gym.play.loop.run_episode`: one record per call. With a ``failures`` list, an agent's
     exception ends its episode (the calls before it are kept) and is appended as
     ``(task_id, "Type: message")``; without one, it is raised as a RuntimeError naming the task."""
     agent, inner = RoleSplit(actor, rehearser), unwrap(env)

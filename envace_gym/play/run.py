@@ -20,14 +20,14 @@ import gymnasium as gym
 from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
 from envace_gym.agents.hf import play_settings
+from envace_gym.config_fields import COUNT, NONNEGATIVE, SEED, SHARE, check_settings, setting
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.dynamics import get as get_dynamics
-from envace_gym.records import OutputLock, id_path, resume_records, safe_name, write_record
+from envace_gym.play.loop import make_envs, run_batched
+from envace_gym.play.records import OutputLock, id_path, resume_records, safe_name, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.rewards import REWARDS, SPEC_REWARDS, default_reward
 from envace_gym.routing import FidelityRouter
-from envace_gym.runner import make_envs, run_batched
-from envace_gym.settings import COUNT, NONNEGATIVE, SEED, SHARE, check_settings, setting
 from envace_gym.specs import parse_spec
 from envace_gym.wrappers import unwrap
 
@@ -272,7 +272,7 @@ class Run:
         if c.workers is None:
             stream = run_batched(self.envs, self.agent, self.todo, on_turn=self.on_turn)
         else:
-            from envace_gym.distributed import WorkerSpec, run_distributed
+            from envace_gym.play.distributed import WorkerSpec, run_distributed
 
             # the id as given (MODULE:ID or PATH.py:ID too): each worker imports the module that registers it
             assert c.env_id is not None  # workers need the env in this process: no url
@@ -384,7 +384,7 @@ def check_not_written(out: Path, resume: bool, overwrite: bool) -> None:
 
 def records_file(out: str | Path | None, env_id: str, agent: str, what: str) -> Path:
     """``out``, or where a run's (or a comparison's) records go when no file is given:
-    ``runs/NAMESPACE/ENV/AGENT-WHAT.jsonl``, each name made safe (:func:`~envace_gym.records.safe_name`), so
+    ``runs/NAMESPACE/ENV/AGENT-WHAT.jsonl``, each name made safe (:func:`~envace_gym.play.records.safe_name`), so
     that two envs, agents or dynamics never share a file; its folder is made."""
     out = Path(out) if out else Path("runs") / id_path(env_id) / f"{safe_name(agent)}-{what}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)

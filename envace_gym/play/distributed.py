@@ -39,8 +39,8 @@ class EnvWorker:
     def __init__(self, spec: WorkerSpec):
         import envace_gym  # noqa: F401  (registers the ids in this process)
         from envace_gym import agents
+        from envace_gym.play.loop import make_envs
         from envace_gym.registration import resolve_env
-        from envace_gym.runner import make_envs
 
         self.envs = make_envs(resolve_env(spec.env_id), spec.envs_per_worker, **spec.make_kwargs)
         self.agent = agents.with_rehearsal(
@@ -50,8 +50,8 @@ class EnvWorker:
 
     def play(self, episodes: list[tuple[str, int]]) -> list[dict]:
         """The run records of ``episodes`` (``compare``: their call records), in their order."""
-        from envace_gym.compare import compare_calls
-        from envace_gym.runner import run_batched
+        from envace_gym.play.compare import compare_calls
+        from envace_gym.play.loop import run_batched
 
         if self.rehearser is not None:
             records: list[dict] = []
@@ -96,8 +96,8 @@ def run_distributed(
     On Ctrl-C the actors are stopped, the records finished so far but not yet yielded (their
     earlier neighbours unfinished) are yielded, and KeyboardInterrupt goes on up.
     """
+    from envace_gym.play.loop import failed_record, make_envs
     from envace_gym.registration import resolve_env
-    from envace_gym.runner import failed_record, make_envs
 
     if workers < 1 or tries < 1:
         raise ValueError(f"workers and tries must be at least 1, got {workers} and {tries}")
@@ -151,8 +151,8 @@ class EnvHost:
 
     def __init__(self, env_id: str, n: int, make_kwargs: dict):
         import envace_gym  # noqa: F401
+        from envace_gym.play.loop import make_envs
         from envace_gym.registration import resolve_env
-        from envace_gym.runner import make_envs
 
         self.envs = make_envs(resolve_env(env_id), n, **make_kwargs)
 
