@@ -85,6 +85,25 @@ def test_compare_cli_writes_records_summary_and_plot(tmp_path):
     assert refused.exit_code == 2 and "leave out --workers" in refused.output
 
 
+def test_comparison_is_a_library_object_as_run_is(tmp_path):
+    from envace_gym.play.compare import CompareConfig, Comparison
+
+    config = CompareConfig(
+        "EnvACE/tau2-retail-v0", agent="oracle", split="base", task_ids=TASKS[:2], out=tmp_path / "c.jsonl"
+    )
+    comparison = Comparison(config)
+    records = list(comparison)
+    summary = comparison.finish()
+    comparison.close()
+    assert records == comparison.records and not comparison.failures
+    assert summary["all"]["calls"] == len(records) > 0 and summary["all"]["exact"] == 1.0
+    assert len((tmp_path / "c.jsonl").read_text().splitlines()) == len(records)
+    with pytest.raises(ValueError, match="already holds results"):
+        Comparison(config)  # the output holds results: refused before any episode
+    with pytest.raises(ValueError, match="leave out --workers"):
+        CompareConfig("EnvACE/tau2-retail-v0", replays=2, workers=2)
+
+
 @pytest.mark.slow
 def test_determinism_measures_how_rehearsals_of_the_same_calls_vary_across_replays(tiny):
     from envace_gym.play.compare import compare_calls, determinism

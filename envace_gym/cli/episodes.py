@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable
@@ -16,17 +15,11 @@ from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
 
-from envace_gym import agents
 from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
 from envace_gym.cli.output import console, fail, progress, styled, user_errors
-from envace_gym.config_fields import check_least
-from envace_gym.fidelity import METRICS, summarize
-from envace_gym.play.compare import compare_calls, determinism, plot
-from envace_gym.play.loop import make_envs
-from envace_gym.play.records import OutputLock, write_record
-from envace_gym.play.run import Run, RunConfig, check_not_written, env_kwargs, records_file
-from envace_gym.registration import resolve_env
-from envace_gym.wrappers import unwrap
+from envace_gym.fidelity import METRICS
+from envace_gym.play.compare import CompareConfig, Comparison
+from envace_gym.play.run import Run, RunConfig
 
 RUN_FIELDS = {"env_id": None}  # given as ENV_ID or --env: RUN_PARAMS
 RUN_PARAMS = (param("env_id", ENV_ARG, None), param("env", ENV_OPT, None))
@@ -209,64 +202,48 @@ def compare(
 ) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
-        check_least(1, {"limit": limit, "replays": replays}, ["limit", "replays"], as_options=True)
-        if replays > 1 and workers is not None:
-            raise ValueError("--replays replays the episodes in this process: leave out --workers")
-        given = given_env(env_id, env)
-        env_id = resolve_env(given)
-        make_kwargs = env_kwargs(env_id, split, task_ids, dynamics="shadow")
-        (shadow,) = make_envs(env_id, 1, **make_kwargs)
-        ids = unwrap(shadow).task_ids[:limit]
-        agent_failures: list[tuple[str, str]] = []  # an agent's exception ends its episode, kept as a failure
-        if workers is None:
-            acting, rehearsing = (agents.load(name, env=shadow) for name in (actor, agent))
-            stream = compare_calls(shadow, acting, rehearsing, ids, seed=seed, failures=agent_failures)
-        else:
-            from envace_gym.play.distributed import WorkerSpec, run_distributed
-
-            episodes = [(task_id, seed + i) for i, task_id in enumerate(ids)]
-            stream = run_distributed(
-                WorkerSpec(given, actor, make_kwargs, rehearser=agent), episodes, workers, ray_address
-            )
-        out = records_file(out, env_id, agent, "compare")
-        lock = OutputLock(out).acquire()
-        check_not_written(out, False, overwrite)
-    records, failed = [], []
-    with user_errors(), lock, out.open("w") as f:
-        for record in track(stream, total=None, description=escape(f"{env_id} {agent} vs real"), console=console):
-            if record.get("tool") is None:  # an episode whose worker kept failing
-                failed.append(record)
-                console.print(styled(f"task {record['task_id']} failed:", f" {record['error']}"), soft_wrap=True)
-                continue
-            write_record(f, record)
-            records.append(record)
-    for task_id, error in agent_failures:
-        failed.append({"task_id": task_id, "error": error})
-        console.print(styled(f"task {task_id} failed:", f" {error}"), soft_wrap=True)
-    if not records:
-        console.print("no tool call was made: nothing to compare")
-        raise typer.Exit(1)
-    summary = summarize(records)
-    table = Table("tool", "calls", *METRICS, title=f"{env_id} · {agent} rehearsing · {actor} acting")
+        config = CompareConfig(
+            given_env(env_id, env),
+            agent=agent,
+            actor=actor,
+            split=split,
+            task_ids=task_ids,
+            limit=limit,
+            seed=seed,
+            workers=workers,
+            ray_address=ray_address,
+            out=out,
+            overwrite=overwrite,
+            replays=replays,
+        )
+        job = Comparison(config)
+    with user_errors(), closing(job):
+        for _ in track(job, total=None, description=escape(f"{job.env_id} {agent} vs real"), console=console):
+            pass
+        for task_id, error in job.failures:
+            console.print(styled(f"task {task_id} failed:", f" {error}"), soft_wrap=True)
+        if not job.records:
+            console.print("no tool call was made: nothing to compare")
+            raise typer.Exit(1)
+        summary = job.finish()
+    probe = summary.pop("determinism", None)
+    table = Table("tool", "calls", *METRICS, title=f"{job.env_id} · {agent} rehearsing · {actor} acting")
     for tool, row in summary.items():
         table.add_row(
             tool, str(row["calls"]), *(f"{row[m]:.3f}" for m in METRICS), end_section=tool == list(summary)[-2]
         )
     console.print(table)
-    png = out.with_suffix(".png")
-    plot(summary, png, f"{env_id}: {agent} rehearsing against the real world")
-    if replays > 1:  # the same episodes again: do the agent's rehearsals of the same calls agree?
-        again = [list(compare_calls(shadow, acting, rehearsing, ids, seed=seed)) for _ in range(replays - 1)]
-        probe = summary["determinism"] = determinism([records, *again])
+    if probe is not None:
         console.print(
             f"determinism over {probe['replays']} replays of {probe['calls']} calls: "
             + ", ".join(f"{k} {'-' if probe[k] is None else format(probe[k], '.3f')}" for k in ("exact", "leaf"))
         )
-    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1))
-    console.print(f"{len(records)} calls · records in {out} · plot in {png}")
-    console.print(f"view them: envace-gym view {out}", soft_wrap=True)
-    if failed:
-        console.print(styled(f"{len(failed)} episodes failed", " and left no calls"), soft_wrap=True)
+    console.print(f"{len(job.records)} calls · records in {job.out} · plot in {job.out.with_suffix('.png')}")
+    console.print(f"view them: envace-gym view {job.out}", soft_wrap=True)
+    if job.failures:
+        console.print(
+            styled(f"{len(job.failures)} episodes failed", " (their calls before it are kept)"), soft_wrap=True
+        )
         raise typer.Exit(1)
 
 

@@ -1,4 +1,5 @@
-"""Real against rehearsed dynamics, call by call: shadow episodes and their fidelity summary."""
+"""Real against rehearsed dynamics, call by call: shadow episodes (:func:`compare_calls`), a comparison
+set up and written as ``envace-gym compare`` does it (:class:`Comparison`), and its fidelity summary."""
 
 from __future__ import annotations
 
@@ -7,16 +8,20 @@ import json
 import statistics
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
 
+from envace_gym import agents
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
-from envace_gym.fidelity import METRICS, fidelity
+from envace_gym.config_fields import check_least
+from envace_gym.fidelity import METRICS, fidelity, summarize
 from envace_gym.messages import escape_tags
-from envace_gym.play.loop import run_episode
-from envace_gym.play.records import CompareRecord
+from envace_gym.play.loop import make_envs, run_episode
+from envace_gym.play.records import CompareRecord, OutputLock, write_record
+from envace_gym.registration import resolve_env
 from envace_gym.response import execute
 from envace_gym.wrappers import unwrap
 
@@ -59,6 +64,98 @@ def compare_calls(
             if failures is None:
                 raise RuntimeError(f"task {task_id}: {played['error']}")
             failures.append((task_id, played["error"]))
+
+
+@dataclass
+class CompareConfig:
+    """``compare``'s settings: ``agent`` rehearses and ``actor`` acts in shadow episodes of ``env_id``
+    (an id, or ``MODULE:ID``), episode i seeded ``seed + i``; ``workers`` Ray actors play them, or this
+    process; ``replays`` plays them that many times, for the determinism probe (:func:`determinism`)."""
+
+    env_id: str
+    agent: str = "knn"
+    actor: str = "oracle"
+    split: str | None = None
+    task_ids: list[str] | None = None
+    limit: int | None = None
+    seed: int = 0
+    workers: int | None = None
+    ray_address: str | None = None
+    out: str | Path | None = None
+    overwrite: bool = False
+    replays: int = 1
+
+    def __post_init__(self):
+        check_least(1, {"limit": self.limit, "replays": self.replays}, ["limit", "replays"], as_options=True)
+        if self.replays > 1 and self.workers is not None:
+            raise ValueError("--replays replays the episodes in this process: leave out --workers")
+
+
+class Comparison:
+    """A comparison set up and checked before any episode, as :class:`~envace_gym.play.run.Run` is: its
+    shadow ``env``, its ``task_ids`` and its ``out`` (locked; refused where it holds results, unless
+    ``overwrite``). Iterating it plays the episodes and yields each call's record once it is written to
+    ``out``; ``records`` then holds them and ``failures`` the episodes that failed, as
+    ``(task_id, error)``. :meth:`finish` writes the summary beside ``out``."""
+
+    def __init__(self, config: CompareConfig):
+        from envace_gym.play.run import check_not_written, env_kwargs, records_file
+
+        self.config = c = config
+        self.env_id = resolve_env(c.env_id)
+        self.make_kwargs = env_kwargs(self.env_id, c.split, c.task_ids, dynamics="shadow")
+        (self.env,) = make_envs(self.env_id, 1, **self.make_kwargs)
+        self.task_ids = unwrap(self.env).task_ids[: c.limit]
+        if c.workers is None:
+            self.actor, self.rehearser = (agents.load(name, env=self.env) for name in (c.actor, c.agent))
+        self.out = records_file(c.out, self.env_id, c.agent, "compare")
+        self.lock = OutputLock(self.out).acquire()
+        try:
+            check_not_written(self.out, False, c.overwrite)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.records: list[dict] = []
+        self.failures: list[tuple[str, str]] = []
+
+    def _calls(self) -> Iterator[dict]:
+        c = self.config
+        if c.workers is None:
+            return compare_calls(self.env, self.actor, self.rehearser, self.task_ids, c.seed, self.failures)
+        from envace_gym.play.distributed import WorkerSpec, run_distributed
+
+        episodes = [(task_id, c.seed + i) for i, task_id in enumerate(self.task_ids)]
+        spec = WorkerSpec(c.env_id, c.actor, self.make_kwargs, rehearser=c.agent)
+        return run_distributed(spec, episodes, c.workers, c.ray_address)
+
+    def __iter__(self) -> Iterator[dict]:
+        with self.lock, self.out.open("w") as f:
+            for record in self._calls():
+                if record.get("tool") is None:  # an episode whose worker kept failing
+                    self.failures.append((record["task_id"], record["error"]))
+                    continue
+                write_record(f, record)
+                self.records.append(record)
+                yield record
+
+    def finish(self) -> dict:
+        """The fidelity per tool and over all calls (:func:`~envace_gym.fidelity.summarize`), with
+        ``replays`` more than 1 the determinism probe under ``"determinism"``; written to
+        ``OUT.summary.json``, and plotted to ``OUT.png``."""
+        c = self.config
+        summary: dict = summarize(self.records)
+        plot(summary, self.out.with_suffix(".png"), f"{self.env_id}: {c.agent} rehearsing against the real world")
+        if c.replays > 1:  # the same episodes again: do the agent's rehearsals of the same calls agree?
+            again = [
+                list(compare_calls(self.env, self.actor, self.rehearser, self.task_ids, c.seed))
+                for _ in range(c.replays - 1)
+            ]
+            summary["determinism"] = determinism([self.records, *again])
+        self.out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1))
+        return summary
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def determinism(replays: list[list[dict]]) -> dict:
