@@ -1,16 +1,13 @@
 """The trained model and what GRPO (:class:`~envace_gym.training.trainer.Trainer`) and SFT
 (:class:`~envace_gym.training.sft.SFT`) share around it: loading (LoRA, gradient checkpointing),
-accelerate, the optimizer and its schedule, FSDP sharding, the loop that logs metrics, and
-checkpoints that resume."""
+accelerate, the optimizer and its schedule, FSDP sharding, and saving and loading its
+checkpoints."""
 
 from __future__ import annotations
 
 import copy
-import json
 import random
-from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,8 +16,6 @@ import torch
 from envace_gym import agents
 from envace_gym.agents.hf import HFAgent
 from envace_gym.agents.prompting import TokenAgent
-from envace_gym.play.records import rows as jsonl_rows
-from envace_gym.play.records import training_figure, write_record
 from envace_gym.training import checkpoint, sharding
 
 
@@ -32,9 +27,8 @@ class Policy:
     (``engine_kwargs``) a vLLM engine, while a torch copy of the model trains here
     (``generates`` is then False). ``reference``: keep a frozen copy of the initial model.
 
-    The run-level methods (:meth:`fit`, :meth:`save`, :meth:`resume`) take the run: a trainer
-    with ``cfg`` (``steps``, ``eval_every``, ``save_every``, ``tensorboard``), ``out``, ``step``,
-    ``cursor`` (its data position), ``train_step()`` and ``evaluate()``.
+    It holds the model, the optimizer and the sampler; the loop around it is
+    :class:`~envace_gym.training.loop.TrainingLoop`'s.
     """
 
     def __init__(
@@ -144,51 +138,13 @@ class Policy:
         """The model's whole weights by checkpoint name (sharded: gathered; every process must call this)."""
         return sharding.full_weights(self.model, on_every_process) if self.sharded else self.model.state_dict()
 
-    # the loop ---------------------------------------------------------------
-    def fit(self, run, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-        """Train ``run`` to ``cfg.steps``; returns each step's metrics record, also given to ``on_step``
-        as it is made. The main process evaluates every ``eval_every`` steps and at the last, and
-        writes each record to ``OUT/metrics.jsonl`` (and TensorBoard), ``OUT/metrics.png`` at the end;
-        a checkpoint every ``save_every`` steps and at the last."""
-        cfg, records, board = run.cfg, [], None
-        main = self.accelerator.is_main_process
-        if cfg.tensorboard and main:
-            from torch.utils.tensorboard import SummaryWriter
-
-            # purge_step drops what a killed run logged after the checkpoint it resumed from
-            board = SummaryWriter(str(run.out / "tensorboard"), purge_step=run.step + 1)
-        while run.step < cfg.steps:
-            record = run.train_step()
-            if cfg.eval_every and (run.step % cfg.eval_every == 0 or run.step == cfg.steps):
-                with self.unsharded():
-                    if main:
-                        record.update(run.evaluate())
-            records.append(record)
-            if on_step is not None:
-                on_step(record)
-            if main:
-                with (run.out / "metrics.jsonl").open("a") as f:
-                    write_record(f, record)
-            if board is not None:
-                for key, value in record.items():
-                    if isinstance(value, (int, float)) and key != "step":
-                        board.add_scalar(key, value, run.step)
-                board.flush()
-            if (cfg.save_every and run.step % cfg.save_every == 0) or run.step == cfg.steps:
-                self.save(run)
-                self.accelerator.wait_for_everyone()
-        if board is not None:
-            board.close()
-        if main:
-            plot_metrics(run.out / "metrics.jsonl", run.out / "metrics.png")
-        return records
-
     # checkpoints ------------------------------------------------------------
-    def save(self, run) -> Path | None:
-        """Write ``OUT/step-N`` (and ``OUT/config.json``) from the main process (None elsewhere).
-        Sharded, every process must call this: the weights and Adam states are gathered whole
-        first. Adam states are keyed by weight name, so any number of processes, sharded or not,
-        resumes them."""
+    def save(self, folder: Path, state: dict, play: dict) -> Path | None:
+        """Write the model, its tokenizer and the training ``state`` (with this policy's Adam states,
+        schedule and random states) to ``folder`` from the main process (None elsewhere); ``play``: the
+        settings its player takes. Sharded, every process must call this: the weights and Adam states are
+        gathered whole first. Adam states are keyed by weight name, so any number of processes, sharded
+        or not, resumes them."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         main = self.accelerator.is_main_process
@@ -207,32 +163,19 @@ class Policy:
         if not main:
             return None
         state = {
-            "step": run.step,
-            "cursor": run.cursor,
+            **state,
             "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "python_rng": list(random.getstate()[1]),
-            "config": _config_json(run.cfg),
-            "real_calls": getattr(run, "real_calls", 0),
-            "router": run.router.state_dict() if getattr(run, "router", None) else None,
         }
-        (run.out / "config.json").write_text(_config_json(run.cfg, indent=1))
-        return checkpoint.save(
-            run.out / f"step-{run.step}", self.model, self.tokenizer, state, weights, run.play_settings
-        )
+        return checkpoint.save(folder, self.model, self.tokenizer, state, weights, play)
 
-    def resume(self, run) -> None:
-        """Continue ``run`` from the latest checkpoint in its ``out`` (refused whole if it is damaged, or a
-        setting differs from its run's besides ``cfg.RESUMABLE``): weights, Adam states, schedule, random
-        states, ``step`` and ``cursor``; the metrics logged after it are dropped. Every process calls this."""
-        folder = checkpoint.latest(run.out)
-        if folder is None:
-            raise checkpoint.CheckpointError(f"no checkpoint to resume in {run.out}")
-        state = checkpoint.load_state(folder)
-        given = json.loads(_config_json(run.cfg))
-        checkpoint.check_same_run(folder, state.get("config"), given, type(run.cfg).RESUMABLE)
-        # LoRA: the checkpoint holds the adapter; the base model is the config's model
+    def load(self, folder: Path, state: dict) -> None:
+        """Load a checkpoint ``folder`` saved by :meth:`save` and its ``state``
+        (:func:`~envace_gym.training.checkpoint.load_state`): the weights (the adapter with LoRA, whose
+        base model is the config's), Adam states, schedule and random states; refused whole
+        (:class:`~envace_gym.training.checkpoint.CheckpointError`) where they do not fit this model."""
         weights = folder / ("adapter_model.safetensors" if self.lora else "model.safetensors")
         if not weights.is_file():
             raise checkpoint.CheckpointError(f"{folder} lacks {weights.name}")
@@ -244,19 +187,6 @@ class Policy:
             raise checkpoint.CheckpointError(
                 f"{folder} does not fit this run's model: {checkpoint.first_line(e)}"
             ) from None
-        run.step, run.cursor = state["step"], state["cursor"]
-        if getattr(run, "router", None) and state.get("router"):  # the main process's estimates (docs: adaptive)
-            run.router.load_state_dict(state["router"])
-        if hasattr(run, "real_calls"):
-            run.real_calls = int(state.get("real_calls") or 0)
-        metrics = run.out / "metrics.jsonl"
-        if metrics.exists() and self.accelerator.is_main_process:
-            data = metrics.read_bytes()  # a last line without its newline was cut short by a kill
-            metrics.write_bytes(data[: data.rfind(b"\n") + 1])
-            kept = [r for r in jsonl_rows(metrics) if isinstance(r.get("step"), int) and r["step"] <= run.step]
-            with metrics.open("w") as f:  # the metrics logged after the checkpoint are dropped
-                for record in kept:
-                    write_record(f, record)
 
     def _load(self, weights: Path, state: dict) -> None:
         """Load the checkpoint's ``weights`` file and training ``state``: Adam states, schedule, random states."""
@@ -310,19 +240,3 @@ class Policy:
             self.model.tie_weights()
         else:
             sharding.load_full_weights(self.model, path, self.accelerator.is_main_process)
-
-
-def _config_json(config, indent: int | None = None) -> str:
-    """A config as JSON; a callable (a reward) is written by its name."""
-    return json.dumps(asdict(config), indent=indent, default=lambda o: getattr(o, "__name__", repr(o)))
-
-
-def plot_metrics(path: Path, png: Path) -> None:
-    """The training curves of ``metrics.jsonl`` (:func:`~envace_gym.play.records.training_figure`) as a PNG."""
-    fig = training_figure(jsonl_rows(path))
-    import matplotlib.pyplot as plt
-
-    if fig is None:  # no curve yet: an empty figure
-        fig = plt.figure()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)

@@ -7,14 +7,13 @@ agent's assistant messages are ``act`` tokens, the tool messages the real world
 answered are ``rehearse`` tokens, everything else (system prompt, the suite's opening,
 user turns, template text, rehearsed or rejected tool responses) is context. The loss
 is the token-mean next-token NLL of each role, summed over the roles trained; the
-loop, checkpoints and metrics are :class:`~envace_gym.training.policy.Policy`'s, as GRPO's are.
+loop, checkpoints and metrics are :class:`~envace_gym.training.loop.TrainingLoop`'s, as GRPO's are.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from envace_gym.play.loop import run_episodes
 from envace_gym.play.records import rows
 from envace_gym.training.config import ROLES, SFTConfig
 from envace_gym.training.grpo import ROLE_IDS, token_logprobs
+from envace_gym.training.loop import TrainingLoop
 from envace_gym.training.policy import Policy
 from envace_gym.training.rollout import Rollout, _context_delta
 from envace_gym.wrappers import unwrap
@@ -166,14 +166,14 @@ def held_out_loss(model, sequences: list[Sequence], pad_id: int, batch: int = 4)
     return {role: total / count if count else None for role, (total, count) in sums.items()}
 
 
-class SFT:
+class SFT(TrainingLoop):
     """Next-token training of both roles on recorded real episodes.
 
     Its :class:`~envace_gym.training.policy.Policy` holds the model (LoRA included), the
-    optimizer and linear schedule, the loop, the metrics (``metrics.jsonl``, TensorBoard,
-    ``metrics.png``) and the checkpoints (``step-N``, loadable as ``hf:OUT/step-N``;
-    :meth:`resume`). A step is one update on ``batch`` episodes of a fixed shuffled order
-    (the data cursor).
+    optimizer and linear schedule; the loop, the metrics (``metrics.jsonl``, TensorBoard,
+    ``metrics.png``) and the checkpoints (``step-N``, loadable as ``hf:OUT/step-N``) are
+    :class:`~envace_gym.training.loop.TrainingLoop`'s, as GRPO's are. A step is one update on
+    ``batch`` episodes of a fixed shuffled order (the data cursor).
     """
 
     def __init__(self, config: SFTConfig):
@@ -199,23 +199,6 @@ class SFT:
         self.sequences = [self._sequence(r, i) for i, r in enumerate(records)]
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.sequences)))
         self.step, self.cursor = 0, 0
-
-    # the policy's parts, read as the trainer's own
-    model = property(lambda self: self.policy.model)
-    tokenizer = property(lambda self: self.policy.tokenizer)
-
-    def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-        """Train to ``steps`` (:meth:`~envace_gym.training.policy.Policy.fit`); returns each step's metrics
-        record, also given to ``on_step`` as it is made."""
-        return self.policy.fit(self, on_step)
-
-    def save(self) -> Path | None:
-        """Write ``OUT/step-N`` (:meth:`~envace_gym.training.policy.Policy.save`)."""
-        return self.policy.save(self)
-
-    def resume(self) -> None:
-        """Continue from the latest checkpoint in ``out`` (:meth:`~envace_gym.training.policy.Policy.resume`)."""
-        self.policy.resume(self)
 
     def _sequence(self, record: dict, index: int) -> Sequence:
         """One episode's tokens, cut at ``max_tokens``; a record that cannot be laid out is one

@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -21,6 +20,7 @@ from envace_gym.rewards import default_reward
 from envace_gym.routing import FidelityRouter
 from envace_gym.training.config import ROLES, TrainConfig
 from envace_gym.training.grpo import ROLE_IDS, grpo_loss, token_advantages, token_logprobs
+from envace_gym.training.loop import TrainingLoop
 from envace_gym.training.policy import Policy
 from envace_gym.training.rollout import Rollout, collect
 from envace_gym.wrappers import unwrap
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from envace_gym.play.distributed import EnvPool
 
 
-class Trainer:
+class Trainer(TrainingLoop):
     """Role-wise GRPO on one model that plays both roles (torch updates).
 
     Generation goes through ``hf`` (the trained model itself) or vLLM, which gets the
@@ -120,11 +120,6 @@ class Trainer:
             "max_new_tokens": config.max_new_tokens,
         }
 
-    # the policy's parts, read as the trainer's own
-    agent = property(lambda self: self.policy.agent)
-    model = property(lambda self: self.policy.model)
-    tokenizer = property(lambda self: self.policy.tokenizer)
-    accelerator = property(lambda self: self.policy.accelerator)
     optimizer = property(lambda self: self.policy.optimizer)
     scheduler = property(lambda self: self.policy.scheduler)
     sharded = property(lambda self: self.policy.sharded)
@@ -145,20 +140,20 @@ class Trainer:
             out = token_logprobs(model, ids.to(device), mask.to(device), self.cfg.temperature)
         return out.float().cpu()
 
-    def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-        """Train to ``steps`` (:meth:`~envace_gym.training.policy.Policy.fit`); returns each step's metrics
-        record, also given to ``on_step`` as it is made."""
-        return self.policy.fit(self, on_step)
-
-    def save(self) -> Path | None:
-        """Write ``OUT/step-N`` (:meth:`~envace_gym.training.policy.Policy.save`)."""
-        return self.policy.save(self)
-
     def resume(self) -> None:
-        """Continue from the latest checkpoint in ``out`` (:meth:`~envace_gym.training.policy.Policy.resume`);
-        every process calls this."""
-        self.policy.resume(self)
+        """Continue from the latest checkpoint in ``out``
+        (:meth:`~envace_gym.training.loop.TrainingLoop.resume`), then give the engine the resumed
+        weights; every process calls this."""
+        super().resume()
         self._sync_engine()
+
+    def checkpoint_state(self) -> dict:
+        return {"real_calls": self.real_calls, "router": self.router.state_dict() if self.router else None}
+
+    def restore(self, state: dict) -> None:
+        if self.router and state.get("router"):  # the main process's estimates (docs: adaptive)
+            self.router.load_state_dict(state["router"])
+        self.real_calls = int(state.get("real_calls") or 0)
 
     def train_step(self) -> dict:
         start = time.perf_counter()
