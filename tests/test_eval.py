@@ -124,6 +124,35 @@ def test_a_world_model_that_fails_ends_its_episode_and_the_table_says_so(tmp_pat
     assert "ContextFull failed, RuntimeError: the prompt is longer than the context: 2 episodes" in markdown(results)
 
 
+def test_the_world_model_table_probes_determinism_over_replays(tmp_path):
+    config = EvalConfig(
+        suites=["EnvACE/bfcl-multi-turn-base-v0"], limit=2, world_model=True, replays=3, out=str(tmp_path)
+    )
+    rows = {r.world_model: r for r in Evaluation(config).world_rows()}
+    # the oracle answers every call alike each time; knn answers from the responses it has seen, and a
+    # replay has seen more
+    assert rows["oracle"].determinism == {"replays": 3, "calls": rows["oracle"].calls, "exact": 1.0, "leaf": 1.0}
+    assert rows["knn"].determinism["calls"] == rows["knn"].calls and rows["knn"].determinism["exact"] < 1.0
+    assert len((tmp_path / "world").rglob("oracle.jsonl").__next__().read_text().splitlines()) == rows["oracle"].calls
+    results = EvalResults(
+        agent="oracle",
+        user="scripted",
+        judge=None,
+        trials=1,
+        limit=2,
+        rehearse=0,
+        benchmarks=[],
+        overall=None,
+        overall_of=[],
+        world_model=list(rows.values()),
+        reported={},
+    )
+    table = markdown(results)
+    assert "| same over 3 replays (exact, leaf) |" in table and "| 1.00, 1.00 |" in table
+    with pytest.raises(ValueError, match="give --world-model too"):
+        EvalConfig(replays=2)
+
+
 def test_a_finmcp_file_is_a_benchmark_of_its_own(tmp_path):
     from test_mcp import FINMCP
 

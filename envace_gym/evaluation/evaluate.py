@@ -29,7 +29,7 @@ from envace_gym.evaluation.results import (
     plot,
     reported,
 )
-from envace_gym.play.compare import compare_calls
+from envace_gym.play.compare import compare_calls, determinism
 from envace_gym.play.records import OutputLock, RunRecord, id_path, safe_name, write_record
 from envace_gym.play.run import Run, RunConfig, check_not_written, given_ids
 from envace_gym.registration import resolve_env
@@ -58,6 +58,11 @@ class EvalConfig:
     world_model: bool = setting(
         False, "Also score the agent as a world model (shadow episodes), beside the oracle and knn."
     )
+    replays: int = setting(
+        1,
+        "With --world-model, play each world model's shadow episodes N times and report how much its "
+        "rehearsals of the same calls vary (the determinism probe; 1: no probe).",
+    )
     workers: int | None = setting(None, "Ray workers per run (default: this process).")
     resume: bool = setting(False, "Keep the records already in OUT/records and play only what they lack.")
     overwrite: bool = setting(
@@ -66,7 +71,10 @@ class EvalConfig:
     out: str = setting("runs/eval", "Output folder: results.json, results.md, results.png, records/.")
 
     def __post_init__(self):
-        check_settings(self, {COUNT: ("trials", "limit", "max_turns", "workers"), NONNEGATIVE: ("rehearse",)})
+        counts = ("trials", "limit", "max_turns", "replays", "workers")
+        check_settings(self, {COUNT: counts, NONNEGATIVE: ("rehearse",)})
+        if self.replays > 1 and not self.world_model:
+            raise ValueError("--replays probes the world model: give --world-model too")
 
 
 def benchmarks(suites: list[str]) -> list[Benchmark]:
@@ -228,7 +236,8 @@ class Evaluation:
 
     def world_rows(self, on_call: Callable[[], None] | None = None) -> list[WorldModelRow]:
         """The world-model table: per benchmark with a world, the agent, the oracle and knn each rehearsing
-        the calls of the same shadow episodes (the oracle acts where the tasks have gold, else the agent)."""
+        the calls of the same shadow episodes (the oracle acts where the tasks have gold, else the agent);
+        with ``replays`` more than 1, each row's determinism probe (:func:`~envace_gym.play.compare.determinism`)."""
         c, rows = self.config, []
         (self.out / "world").mkdir(exist_ok=True)
         for b in self.benchmarks:
@@ -240,20 +249,24 @@ class Evaluation:
             if not envs:
                 continue
             for name in dict.fromkeys((c.agent, "oracle", "knn")):
-                calls: list[dict] = []
+                replays: list[list[dict]] = [[] for _ in range(c.replays)]
                 failures: list[tuple[str, str]] = []
                 why = None
                 for env_id in envs:
                     try:
-                        calls += self._compared(b, env_id, name, failures, on_call)
+                        for played, calls in zip(replays, self._compared(b, env_id, name, failures, on_call)):
+                            played += calls
                     except ValueError as e:
                         why = " ".join(str(e).split())[:200]
-                row = world_row(b.name, name, calls, why if not calls else None)
+                row = world_row(b.name, name, replays[0], why if not replays[0] else None)
                 row.failed = dict(Counter(" ".join(error.split())[:80] for _, error in failures))
+                row.determinism = determinism(replays) if c.replays > 1 else None
                 rows.append(row)
         return rows
 
-    def _compared(self, b: Benchmark, env_id: str, rehearser: str, failures: list, on_call) -> list[dict]:
+    def _compared(self, b: Benchmark, env_id: str, rehearser: str, failures: list, on_call) -> list[list[dict]]:
+        """``rehearser``'s compared calls in ``env_id``'s shadow episodes, once per replay; the first
+        replay's are written to ``OUT/world`` and its failed episodes added to ``failures``."""
         c = self.config
         split: dict[str, Any] = {"split": b.split} if b.split else {}
         env = gym.make(env_id, **split)
@@ -272,7 +285,8 @@ class Evaluation:
                     out.append(record)
                     if on_call:
                         on_call()
-            return out
+            again = [list(compare_calls(env, actor, world, tasks, failures=[])) for _ in range(c.replays - 1)]
+            return [out, *again]
 
     def results(self, world: list[WorldModelRow] | None = None) -> EvalResults:
         """Every benchmark scored from the records its runs wrote."""

@@ -70,6 +70,11 @@ class WorldModelRow(BaseModel):
         default_factory=dict,
         description="Shadow episodes the world model failed in, by error: each ended there, its earlier calls kept.",
     )
+    determinism: dict[str, float | int | None] | None = Field(
+        default=None,
+        description="With eval's --replays N: how much the rehearsals of the same calls vary across N replays "
+        "(replays, calls, exact: the share rehearsed alike every time, leaf: the mean agreement).",
+    )
 
 
 class EvalResults(BaseModel):
@@ -168,13 +173,17 @@ def markdown(results: EvalResults) -> str:
             lines.append(f"- not wrapped (counted 0): {', '.join(b.missing)}")
     if results.world_model:
         lines += ["", "**World model** (shadow episodes; leaf_match over all calls, and over state-dependent ones)", ""]
-        lines += ["| benchmark | world model | calls | " + " | ".join(WORLD_METRICS) + " | state-dependent |"]
-        lines += ["|---" * (len(WORLD_METRICS) + 4) + "|"]
+        probed = next((row.determinism["replays"] for row in results.world_model if row.determinism), None)
+        same = f" same over {probed} replays (exact, leaf) |" if probed else ""
+        lines += ["| benchmark | world model | calls | " + " | ".join(WORLD_METRICS) + " | state-dependent |" + same]
+        lines += ["|---" * (len(WORLD_METRICS) + 4 + bool(probed)) + "|"]
         for row in results.world_model:
             cells = " | ".join(_cell(row.metrics.get(m)) for m in WORLD_METRICS)
             state = f"{_cell(row.state_dependent_leaf_match)} ({row.state_dependent_calls})"
             note = f" ({row.skipped})" if row.skipped else ""
-            lines.append(f"| {row.benchmark} | {row.world_model}{note} | {row.calls} | {cells} | {state} |")
+            probe = row.determinism or {}
+            same_cell = f" {_cell(probe.get('exact'))}, {_cell(probe.get('leaf'))} |" if probed else ""
+            lines.append(f"| {row.benchmark} | {row.world_model}{note} | {row.calls} | {cells} | {state} |{same_cell}")
         lines += [""] + [
             f"- {row.benchmark}, {row.world_model} failed, {why}: {n} episodes (ended there)"
             for row in results.world_model
