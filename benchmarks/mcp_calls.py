@@ -3,7 +3,7 @@
 Per call: ``await client.call_tool(...)`` on an SDK ``Client`` in its own event loop
 against one ``env.step`` (parsing, JSON Schema validation, the call through the env's
 background portal, the response's conversion and checks) and against the world's
-``execute`` alone, all on the bank server of tests/mcp_server.py over stdio; and the
+``execute`` alone, all on the bank server of tests/support/mcp_server.py over stdio; and the
 portal's round trip to the loop thread with no request.
 
 Reset: the seconds ``env.reset`` takes after an episode that made one call (so its
@@ -28,7 +28,7 @@ from mcp import Client, StdioServerParameters
 from envace_gym import make_mcp_env
 from envace_gym.messages import format_tool_call
 
-SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "mcp_server.py")]
+SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "support" / "mcp_server.py")]
 ARGUMENTS = {"account_id": "A-1"}
 ACTION = format_tool_call("get_balance", ARGUMENTS)
 

@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from envace_gym import make_mcp_env
 
-SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "mcp_server.py")]
+SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "support" / "mcp_server.py")]
 TASKS = [
     {
         "id": "balance",

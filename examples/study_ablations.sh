@@ -2,7 +2,7 @@
 # One-at-a-time GRPO ablations on the study's seed 0 (real dynamics, strict_progress reward,
 # 100 steps from the warm start of an earlier study in $WARM): two streams of one thread each.
 # Each run writes runs/ablate/<name>/seed0/results.json after every evaluation. $STUDY_ARGS (default
-# none) adds rehearsal_study.py options to every run, before its own: tests/test_examples.py
+# none) adds rehearsal_study.py options to every run, before its own: tests/project/test_examples.py
 # runs it tiny so.
 set -u
 WARM=${WARM:-runs/study}

@@ -3,7 +3,7 @@
 # start in $WARM), three streams of one thread each. First the baseline, advantages divided by the
 # group's standard deviation (DeepSeekMath's GRPO) and rejected calls charged in the reward (150
 # steps); then the step size: lr 1e-4, a 25-step lr warmup, and both (100 steps). $STUDY_ARGS (default
-# none) adds rehearsal_study.py options to every run, before its own: tests/test_examples.py
+# none) adds rehearsal_study.py options to every run, before its own: tests/project/test_examples.py
 # runs it tiny so.
 set -u
 WARM=${WARM:-runs/warm3}

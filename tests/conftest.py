@@ -4,29 +4,36 @@ import sys
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # VitaBench is no package: the tests use the checkout beside the repository unless VITABENCH_ROOT names one
 os.environ.setdefault("VITABENCH_ROOT", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "vitabench"))
-sys.path.insert(0, os.path.dirname(__file__))
+# the tests' support modules (fakes, reference implementations, scripts run as subprocesses): `import helpers`
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`'s workers, one per core: one thread each (and their children)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import json
 import threading
 import time
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
+from fakes import FakeChatServer
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects: a test using the served SmolLM2 is a vllm test
 def pytest_collection_modifyitems(config, items):
     """Every test that starts a vLLM engine is marked ``vllm`` (those using the served SmolLM2 too), and
     under ``pytest -n`` they all run on one worker, so that no two engines share the machine at once.
+    A ``gpu`` test is skipped without a CUDA device, a ``network`` test unless ENVACE_NETWORK=1.
     Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
+    gpu, network = _skip_gpu(items), os.environ.get("ENVACE_NETWORK") != "1"
     for item in items:
         if "smollm2_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)
         if item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.xdist_group("vllm"))
+        if gpu and item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)"))
+        if network and item.get_closest_marker("network"):
+            item.add_marker(pytest.mark.skip(reason="needs the internet: set ENVACE_NETWORK=1 to run it"))
     if os.path.isfile(os.path.join(os.environ["VITABENCH_ROOT"], "src", "vita", "__init__.py")):
         return
     skip = pytest.mark.skip(reason=f"no VitaBench checkout at VITABENCH_ROOT={os.environ['VITABENCH_ROOT']}")
@@ -35,63 +42,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _skip_gpu(items) -> bool:
+    """Whether the ``gpu`` tests among ``items`` skip: only asks torch (slow to import) when there are some."""
+    if not any(item.get_closest_marker("gpu") for item in items):
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """A tiny random-init Qwen3-style model with a tokenizer trained on the spot."""
     from envace_gym.fixtures import tiny_model
 
     return tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-@dataclass
-class Raw:
-    """A reply sent as is: ``body`` after ``delay`` seconds, byte by byte every ``pace`` seconds if set."""
-
-    body: bytes
-    status: int = 200
-    content_type: str = "application/json"
-    delay: float = 0.0
-    pace: float = 0.0
-    declare_length: bool = True  # else the body runs until the connection closes
-
-
-class FakeChatServer(BaseHTTPRequestHandler):
-    """An OpenAI-compatible chat endpoint that answers with the queued ``replies``: messages, or
-    :class:`Raw` replies for servers that misbehave."""
-
-    replies: list = []
-    requests: list = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append(body)
-        reply = type(self).replies.pop(0) if type(self).replies else {"role": "assistant", "content": "ok"}
-        if not isinstance(reply, Raw):
-            payload = {
-                "id": "x",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
-            }
-            reply = Raw(json.dumps(payload).encode())
-        time.sleep(reply.delay)
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        if reply.declare_length:
-            self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        chunks = [reply.body[i : i + 1] for i in range(len(reply.body))] if reply.pace else [reply.body]
-        try:
-            for chunk in chunks:
-                self.wfile.write(chunk)
-                self.wfile.flush()
-                time.sleep(reply.pace)
-        except OSError:  # the client gave up
-            pass
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture

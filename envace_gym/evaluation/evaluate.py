@@ -24,6 +24,7 @@ from envace_gym.evaluation.results import (
     BenchmarkResult,
     EvalResults,
     WorldModelRow,
+    failure_causes,
     markdown,
     overall,
     plot,
@@ -290,9 +291,10 @@ class Evaluation:
 
     def results(self, world: list[WorldModelRow] | None = None) -> EvalResults:
         """Every benchmark scored from the records its runs wrote."""
-        c, out = self.config, []
+        c, out, played = self.config, [], {}
         for b in self.benchmarks:
             records = {e: read(f) for e, f in self.played.get((b.name, 0), {}).items()}
+            played.update(records)
             rows = [r for rs in records.values() for r in rs]
             result = BenchmarkResult(
                 name=b.name,
@@ -337,6 +339,7 @@ class Evaluation:
             world_model=world or [],
             world_model_left_out=self.left_out if world is not None else {},
             reported=reported(),
+            failure_causes=failure_causes(played),
         )
 
     def _cover(self, b: Benchmark, result: BenchmarkResult) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,31 @@ class WorldModelRow(BaseModel):
     )
 
 
+class FailureCause(BaseModel):
+    """The episodes that failed for one cause: messages that differ only in their numbers (a token count,
+    a task's number) are one cause, shown by its first message whole."""
+
+    model_config = ConfigDict(extra="forbid")
+    message: str = Field(description="The first such episode's error, whole (whitespace folded).")
+    episodes: int = Field(description="Episodes that failed for this cause (each scored 0).")
+    envs: list[str] = Field(description="The envs they were played in.")
+
+
+def failure_causes(records: dict[str, list[dict]]) -> list[FailureCause]:
+    """The failed episodes of ``records`` (run records by env id), by cause, the most frequent first."""
+    causes: dict[str, FailureCause] = {}
+    for env_id, rows in records.items():
+        for r in rows:
+            if not r.get("error"):
+                continue
+            message = " ".join(f"{r['ended_by']}: {r['error']}".split())
+            cause = causes.setdefault(re.sub(r"\d+", "N", message), FailureCause(message=message, episodes=0, envs=[]))
+            cause.episodes += 1
+            if env_id not in cause.envs:
+                cause.envs.append(env_id)
+    return sorted(causes.values(), key=lambda c: -c.episodes)
+
+
 class EvalResults(BaseModel):
     """``results.json``: the settings, each benchmark's result, the overall, and the world-model table."""
 
@@ -101,6 +127,9 @@ class EvalResults(BaseModel):
         default_factory=dict, description="Envs without world-model rows, each with the reason."
     )
     reported: dict[str, dict[str, float]] = Field(description="The paper's reported rows, not measured here.")
+    failure_causes: list[FailureCause] = Field(
+        default_factory=list, description="The failed episodes of every benchmark, by cause."
+    )
 
 
 def overall(benchmarks: list[BenchmarkResult]) -> float | None:
@@ -190,6 +219,11 @@ def markdown(results: EvalResults) -> str:
             for why, n in row.failed.items()
         ]
         lines += [f"- no world-model row, {env}: {why}" for env, why in results.world_model_left_out.items()]
+    if results.failure_causes:
+        lines += ["", "**Failed episodes, by cause** (each scored 0)", ""]
+        for cause in results.failure_causes:
+            where = ", ".join(cause.envs)
+            lines.append(f"- {cause.episodes} episode{'s' * (cause.episodes > 1)} ({where}): {cause.message}")
     return "\n".join(lines) + "\n"
 
 

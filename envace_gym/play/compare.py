@@ -66,6 +66,17 @@ def compare_calls(
             failures.append((task_id, played["error"]))
 
 
+def compare_chunk(worker, episodes: list[tuple[str, int]]) -> list[dict]:
+    """A Ray worker's share of a comparison (:class:`~envace_gym.play.distributed.EnvWorker`'s ``job``):
+    the call records of ``episodes``, each played from its own seed."""
+    records: list[dict] = []
+    for task_id, seed in episodes:
+        worker.agent.reseed(seed)
+        worker.rehearser.reseed(seed)
+        records += compare_calls(worker.envs[0], worker.agent, worker.rehearser, [task_id], seed=seed)
+    return records
+
+
 @dataclass
 class CompareConfig:
     """``compare``'s settings: ``agent`` rehearses and ``actor`` acts in shadow episodes of ``env_id``
@@ -125,7 +136,7 @@ class Comparison:
         from envace_gym.play.distributed import WorkerSpec, run_distributed
 
         episodes = [(task_id, c.seed + i) for i, task_id in enumerate(self.task_ids)]
-        spec = WorkerSpec(c.env_id, c.actor, self.make_kwargs, rehearser=c.agent)
+        spec = WorkerSpec(c.env_id, c.actor, self.make_kwargs, rehearser=c.agent, job=compare_chunk)
         return run_distributed(spec, episodes, c.workers, c.ray_address)
 
     def __iter__(self) -> Iterator[dict]:

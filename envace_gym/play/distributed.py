@@ -15,7 +15,7 @@ episode by episode, with its error.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
 
@@ -31,6 +31,7 @@ class WorkerSpec:
     envs_per_worker: int = 1
     rehearser: str | None = None  # ``compare``: the agent whose rehearsals are scored against the real calls
     rehearsal: dict = field(default_factory=dict)  # agents.with_rehearsal's options (budget 0 or none: no rehearsal)
+    job: Callable[[EnvWorker, list[tuple[str, int]]], list[dict]] | None = None  # plays a chunk in place of a run
 
 
 class EnvWorker:
@@ -47,19 +48,14 @@ class EnvWorker:
             agents.load(spec.agent, env=self.envs[0], **spec.agent_kwargs), self.envs[0], **spec.rehearsal
         )
         self.rehearser = agents.load(spec.rehearser, env=self.envs[0]) if spec.rehearser else None
+        self.job = spec.job
 
     def play(self, episodes: list[tuple[str, int]]) -> list[dict]:
-        """The run records of ``episodes`` (``compare``: their call records), in their order."""
-        from envace_gym.play.compare import compare_calls
+        """The run records of ``episodes`` in their order (or what the spec's ``job`` makes of them)."""
         from envace_gym.play.loop import run_batched
 
-        if self.rehearser is not None:
-            records: list[dict] = []
-            for task_id, seed in episodes:
-                self.agent.reseed(seed)
-                self.rehearser.reseed(seed)
-                records += compare_calls(self.envs[0], self.agent, self.rehearser, [task_id], seed=seed)
-            return records
+        if self.job is not None:
+            return self.job(self, episodes)
         order = {episode: i for i, episode in enumerate(episodes)}
         records = list(run_batched(self.envs, self.agent, episodes, reseed=True))
         return sorted(records, key=lambda r: order[(r["task_id"], r["seed"])])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NEEDS GPUS (one 8-GPU node): not run by the tests; tests/test_examples.py only checks its command lines.
+# NEEDS GPUS (one 8-GPU node): not run by the tests; tests/project/test_examples.py only checks its command lines.
 # Role-wise GRPO of Qwen3-8B on tau2 retail with the EnvACE paper's settings: lr 1e-6,
 # 16 prompts x 4 episodes a step, temperature 1.0, clip 0.2, no KL, both roles trained
 # (act and rehearse), rehearsed dynamics for training and the real env for evaluation.

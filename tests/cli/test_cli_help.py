@@ -1,0 +1,65 @@
+"""The command line's help is whole at 80 columns and in a pipe, and its reference page keeps what it says: an
+option written in a help text stays ``--split``, never an en dash."""
+
+import re
+
+import pytest
+import typer.main
+from paths import DOCS
+from typer.testing import CliRunner
+
+from envace_gym.cli import build_app
+
+APP = build_app()
+COMMANDS = typer.main.get_command(APP).commands
+
+
+def whole(text: str) -> str:
+    """Help text with its wrapping undone (a line broken at a hyphen joined again)."""
+    return " ".join(re.sub(r"-\n\s+", "-", text).split())
+
+
+@pytest.mark.parametrize("columns", ["80", None])  # a narrow terminal, and a pipe (no COLUMNS: click's 80)
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_is_whole_at_80_columns_and_in_a_pipe(monkeypatch, command, columns):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = CliRunner().invoke(
+        APP, [command, "--help"] if command else ["--help"], env={"COLUMNS": columns} if columns else {}
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in result.output
+    text = whole(result.output)
+    if command is None:
+        for name, sub in COMMANDS.items():  # each summary whole
+            assert whole(sub.help.split("\n\n")[0]) in text, name
+        return
+    for param in COMMANDS[command].params:
+        for name in (*param.opts, *param.secondary_opts):
+            assert name in result.output, name
+        default = param.default
+        if param.show_default and isinstance(default, str) and default:
+            assert f"[default: {default}]" in text, (param.name, default)
+    if command == "run":
+        assert "runs/NAMESPACE/ENV/AGENT-DYNAMICS.jsonl" in text
+    if command == "train":
+        assert "--world-model-coef <float>" in result.output
+
+
+def test_the_cli_reference_keeps_double_dashes_and_straight_quotes(tmp_path):
+    """docutils' smart quotes (Sphinx's default) made "--split" in a help text an en dash; docs/conf.py turns
+    them off. One page holding the generated CLI reference, built with the site's own configuration."""
+    from sphinx.application import Sphinx
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        "import runpy\n"
+        f"globals().update({{k: v for k, v in runpy.run_path({str(DOCS / 'conf.py')!r}).items() if k[0] != '_'}})\n"
+        "html_theme = 'basic'\n"
+    )
+    (src / "index.md").write_text("# CLI\n\n```{include} _generated/cli.md\n```\n")
+    Sphinx(str(src), str(src), str(tmp_path / "out"), str(tmp_path / "doctrees"), "html", status=None).build()
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "default split, or --split; 'all': every task" in page.replace("&#39;", "'")
+    assert "\u2013" not in page and "\u2018" not in page and "\u2019" not in page

@@ -1,0 +1,29 @@
+"""The tiny GRPO run the training tests share (tests/training/: train, checkpoint, distributed, fsdp)."""
+
+from pathlib import Path
+
+from envace_gym.training import TrainConfig
+
+
+def tiny_config(tiny: Path | str, out: Path | str, **overrides) -> TrainConfig:
+    """A run of the tiny model in the folder ``tiny`` (the ``tiny`` fixture), writing to ``out``: one step of one
+    task's group of two on EnvACE/tau2-retail-v0 (train split; test split held out), at most 8 new tokens a turn
+    and 2 turns, no evaluation, a checkpoint every step, seed 0. ``overrides`` replace any of these or set any
+    other field (the rest stay TrainConfig's defaults)."""
+    settings = dict(
+        model=f"hf:{tiny}",
+        env_id="EnvACE/tau2-retail-v0",
+        out=str(out),
+        split="train",
+        eval_split="test",
+        group_size=2,
+        tasks_per_step=1,
+        steps=1,
+        lr=1e-3,
+        max_new_tokens=8,
+        max_turns=2,
+        eval_every=0,
+        save_every=1,
+        seed=0,
+    )
+    return TrainConfig(**(settings | overrides))

@@ -1,0 +1,104 @@
+"""Two CPU processes through ``accelerate launch`` (gloo) make the update one process makes."""
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+
+import pytest
+import torch
+from paths import ROOT, SUPPORT
+from training_configs import tiny_config
+
+from envace_gym.training import Trainer, collect
+
+ACCELERATE = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
+LAUNCH = [
+    ACCELERATE,
+    "launch",
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+]
+
+
+def _launch(args, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([*LAUNCH, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI")
+@pytest.mark.slow
+def test_two_ranks_make_the_one_process_update(tiny, tmp_path):
+    config = tiny_config(tiny, tmp_path / "run", tasks_per_step=2, minibatch=2)
+    trainer = Trainer(config)
+    tasks = trainer.task_ids[:2]
+    rollouts = collect(trainer.agent, trainer.envs, tasks, config.group_size, seed=7)
+    assert len(rollouts) == 4 and all(any(r.roles) for r in rollouts)
+    (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
+    with open(tmp_path / "rollouts.pkl", "wb") as f:
+        pickle.dump(rollouts, f)
+    before = {k: v.clone() for k, v in Trainer(config).model.state_dict().items()}
+    single = Trainer(config)
+    single.update(rollouts)
+    expected = single.model.state_dict()
+
+    _launch([str(SUPPORT / "distributed_update.py"), "config.json", "rollouts.pkl", str(tmp_path)], tmp_path)
+    saved = [torch.load(tmp_path / f"rank{i}.pt") for i in (0, 1)]
+    assert [s["world"] for s in saved] == [2, 2]
+    ranks = [s["weights"] for s in saved]
+    moved = [k for k in expected if not torch.equal(expected[k], before[k])]
+    assert moved  # the update changed the weights
+    for key in expected:
+        assert torch.equal(ranks[0][key], ranks[1][key]), key  # DDP keeps the ranks identical
+        torch.testing.assert_close(ranks[0][key], expected[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI")
+@pytest.mark.slow
+def test_train_command_under_two_ranks(tiny, tmp_path):
+    out = tmp_path / "run"
+    _launch(
+        [
+            "-m",
+            "envace_gym.cli",
+            "train",
+            "--model",
+            f"hf:{tiny}",
+            "--env",
+            "EnvACE/tau2-retail-v0",
+            "--dynamics",
+            "rehearsed",
+            "--eval-dynamics",
+            "real",
+            "--group-size",
+            "2",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--max-new-tokens",
+            "8",
+            "--max-turns",
+            "2",
+            "--tasks-per-step",
+            "2",
+            "--eval-every",
+            "2",
+        ],
+        tmp_path,
+    )
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]  # one writer
+    assert all(len(r["tasks"]) == 2 for r in records) and "eval/reward" in records[-1]
+    assert (out / "step-2" / "manifest.json").exists()
