@@ -605,6 +605,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/rehearsal_study"))
     parser.add_argument("--summarize", action="store_true", help="only redraw results from the seed files")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="train nothing: check the settings and write them to OUT/settings.json"
+    )
     parser.add_argument("--diagnose", type=Path, nargs="+", help="saved models: count why each fails the test tasks")
     parser.add_argument(
         "--explore",
@@ -683,6 +686,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.summarize:
         print(json.dumps(write_summary(args), indent=1))
+        return
+    if args.dry_run:  # a sweep's command lines, checked without its hours
+        missing = [s for s in args.seeds if args.warm_from and not (args.warm_from / f"seed{s}" / "warm").is_dir()]
+        if missing:
+            parser.error(f"--warm-from {args.warm_from} has no warm start for seeds {missing}")
+        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        (args.out / "settings.json").write_text(json.dumps(settings, indent=1))
+        print(json.dumps(settings, indent=1))
         return
     if args.explore:
         torch.set_num_threads(int(os.environ.get("STUDY_THREADS", "1")))

@@ -2,8 +2,8 @@
 # One-at-a-time GRPO ablations on the study's seed 0 (real dynamics, strict_progress reward,
 # 100 steps from the warm start of an earlier study in $WARM): two streams of one thread each.
 # Each run writes runs/ablate/<name>/seed0/results.json after every evaluation. $STUDY_ARGS (default
-# none) adds rehearsal_study.py options to every run, before its own: tests/project/test_examples.py
-# runs it tiny so.
+# none) adds rehearsal_study.py options to every run, before its own: STUDY_ARGS=--dry-run checks
+# every run's settings and warm start without training (tests/project/test_examples.py does so).
 set -u
 WARM=${WARM:-runs/study}
 OUT=${OUT:-runs/ablate}

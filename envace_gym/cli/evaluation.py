@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from envace_gym.cli.output import console, progress, user_errors
@@ -15,6 +17,8 @@ def evaluate(options: dict) -> None:
 
     with user_errors():
         config = config_from(EvalConfig, options, {})
+        if not config.engine_logs:  # read when vLLM is first imported, by the engine's own process too
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         evaluation = Evaluation(config)
     failures = 0
     with user_errors():

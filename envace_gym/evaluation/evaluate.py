@@ -65,6 +65,9 @@ class EvalConfig:
         "rehearsals of the same calls vary (the determinism probe; 1: no probe).",
     )
     workers: int | None = setting(None, "Ray workers per run (default: this process).")
+    engine_logs: bool = setting(
+        False, "Show a vllm: agent's engine logs (without it only its errors reach the terminal)."
+    )
     resume: bool = setting(False, "Keep the records already in OUT/records and play only what they lack.")
     overwrite: bool = setting(
         False, "Replace an earlier eval's results in OUT (without it or --resume, they are kept)."
@@ -107,6 +110,15 @@ def benchmarks(suites: list[str]) -> list[Benchmark]:
         replace(paper[n], env_ids=tuple(e for e in paper[n].env_ids if e in ids)) if n in paper else own[n]
         for n, ids in chosen.items()
     ]
+
+
+def suite_blockers(env_id: str) -> list[str]:
+    """Why ``env_id``'s suite cannot load here (VitaBench without its checkout), or nothing."""
+    try:
+        registration.suite(env_id)
+    except (ValueError, ImportError, KeyError, gym.error.Error) as e:
+        return [" ".join(str(e).split())[:300]]
+    return []
 
 
 class Evaluation:
@@ -216,8 +228,10 @@ class Evaluation:
             for b in self.benchmarks:
                 files = self.played.setdefault((b.name, rehearse), {})
                 for env_id in b.env_ids:
-                    if b.needs_judge and not self.config.judge:
-                        self.skipped[b.name][env_id] = "needs a judge (--judge MODEL@BASE_URL), as run needs one"
+                    if b.needs_judge and not self.config.judge:  # and every other blocker, said at once
+                        self.skipped[b.name][env_id] = "; ".join(
+                            ["needs a judge (--judge MODEL@BASE_URL), as run needs one", *suite_blockers(env_id)]
+                        )
                         continue
                     try:
                         run = Run(self.run_config(b, env_id, rehearse), self._model())

@@ -2,6 +2,7 @@
 where checkpoints went, the tiny model from the command line, quiet imports, whole tables."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -130,3 +131,14 @@ def test_importing_a_tau2_suite_prints_no_dotenv_warning():
 def test_a_folder_without_a_model_is_a_one_line_error(tmp_path):
     (tmp_path / "empty").mkdir()
     one_line_error(["run", "EnvACE/tau2-mock-v0", "--agent", f"hf:{tmp_path / 'empty'}"], "no config.json")
+
+
+def test_vitabench_in_eval_names_every_blocker_at_once(tmp_path):
+    # in a fresh process without VITABENCH_ROOT: the judge and the checkout are both missing
+    env = {k: v for k, v in os.environ.items() if k != "VITABENCH_ROOT"}
+    args = ["eval", "--agent", "oracle", "--suites", "EnvACE/vitabench-delivery-v0", "--out", str(tmp_path / "e")]
+    done = subprocess.run(
+        [sys.executable, "-m", "envace_gym.cli", *args], capture_output=True, text=True, timeout=300, env=env
+    )
+    text = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and "needs a judge" in text and "set VITABENCH_ROOT" in text, text

@@ -108,7 +108,7 @@ def test_run_plays_adaptive_dynamics_with_a_reward_that_compares_across_dynamics
 
 
 def test_the_gated_world_model_loss_trains_only_responses_the_policy_rehearses_badly(tiny):
-    from test_rollout import Recorder
+    from recorder import Recorder
 
     from envace_gym.training.grpo import ROLE_IDS
     from envace_gym.training.rollout import collect

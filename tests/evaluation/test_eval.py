@@ -182,7 +182,7 @@ def test_the_world_model_table_probes_determinism_over_replays(tmp_path):
 
 
 def test_a_finmcp_file_is_a_benchmark_of_its_own(tmp_path):
-    from test_mcp import FINMCP
+    from finmcp_samples import FINMCP
 
     path = tmp_path / "fin.jsonl"
     path.write_text("\n".join(json.dumps(s) for s in FINMCP))

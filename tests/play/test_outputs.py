@@ -25,7 +25,7 @@ OFFICE = "EnvACE/tau2-mock-office-v0"
 
 
 def finmcp_file(path: Path) -> Path:
-    from test_mcp import FINMCP
+    from finmcp_samples import FINMCP
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(json.dumps(s) for s in FINMCP))

@@ -5,32 +5,14 @@ import json
 import gymnasium as gym
 import pytest
 import torch
+from recorder import Recorder
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.agents.prompting import Generation, render_prompt
+from envace_gym.agents.prompting import render_prompt
 from envace_gym.messages import format_tool_call
 from envace_gym.training.grpo import ROLE_IDS, token_logprobs
 from envace_gym.training.rollout import collect
-
-CALL = format_tool_call("get_order_details", {"order_id": "#W2378156"})
-
-
-class Recorder:
-    """Keeps every prompt and completion. Act turns are a tool call written as if sampled
-    (the random model rarely writes one), so that every episode has rehearse turns."""
-
-    def __init__(self, agent, call=CALL):
-        self.agent, self.tokenizer, self.calls, self.call = agent, agent.tokenizer, [], call
-
-    def generate_ids(self, prompts, stops):
-        gens = self.agent.generate_ids(prompts, stops)
-        for i, stop in enumerate(stops):
-            if stop is None:
-                ids = self.tokenizer(self.call + self.tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-                gens[i] = Generation(self.call, prompts[i], ids, [-0.5] * len(ids))
-        self.calls += list(zip(prompts, gens))
-        return gens
 
 
 @pytest.mark.slow

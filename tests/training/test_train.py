@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from test_rollout import Recorder
+from recorder import Recorder
 from training_configs import tiny_config
 
 from envace_gym.training import CheckpointError, TrainConfig, Trainer
