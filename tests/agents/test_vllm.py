@@ -29,13 +29,15 @@ try:
 except ImportError:
     pytest.skip(f"vllm is not installed: {INSTALL_HINT}", allow_module_level=True)
 
-# the KV cache is sized explicitly: sized from free memory, it fails on a busy machine
+# the KV cache is sized explicitly: sized from free memory, it fails on a busy machine; eager, as the
+# SmolLM2 engines: compiling the tiny model's graphs takes over a minute at each start on two cores
 KV_CACHE_BYTES = 128 << 20
 ENGINE = {
     "gpu_memory_utilization": 0.1,
     "max_model_len": 12288,
     "dtype": "float32",
     "kv_cache_memory_bytes": KV_CACHE_BYTES,
+    "enforce_eager": True,
 }
 CALL = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}</tool_call>'
 
@@ -99,6 +101,7 @@ def served(tiny):
         "hermes",
         "--logprobs-mode",
         "processed_logprobs",
+        "--enforce-eager",
     ]
     # its own process group: killing the server must also kill the engine process it forks
     # dev mode: the trainer test reloads weights through /collective_rpc
