@@ -17,8 +17,9 @@ def evaluate(options: dict) -> None:
 
     with user_errors():
         config = config_from(EvalConfig, options, {})
-        if not config.engine_logs:  # read when vLLM is first imported, by the engine's own process too
+        if not config.engine_logs:  # read when vLLM and transformers are first imported (by the engine's process too)
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         evaluation = Evaluation(config)
     failures = 0
     with user_errors():
