@@ -7,8 +7,11 @@ the training plots (so text naming a placeholder stays text), and the page's own
 screen as text nodes only, never as markup. Tables are paginated and transcripts built when opened,
 so a thousand long episodes open in a few seconds. No CDN, no network: the file opens from disk.
 
-The page opens on a summary (counts, mean reward per dynamics and agent, mean leaf_match per tool as
-bars drawn by its script) above the tab that has data: episodes, else compared calls, else training.
+The page opens on a summary (counts, mean reward per env, dynamics and agent, mean leaf_match per tool
+as bars drawn by its script) above the tab that has data: episodes, else compared calls, else training.
+An eval's folder opens on its benchmark table (measured beside reported, partial scores marked, the
+coverage on hover), then one world-model panel per world model, the agent's first and the reference
+rows (the oracle, knn) apart.
 Fidelity and reward cells are shaded red (0) to green (1); an opened row's detail sits beside the
 list (under it in a narrow window, scrolled to), and an episode and its task's compared calls link
 to each other. The page's state lives in its URL fragment
@@ -97,12 +100,15 @@ def _training_svg(rows: list[dict], title: str) -> str:
 
 def collect(paths: Sequence[str | Path]) -> dict:
     """The page's data from ``run`` and ``compare`` JSONL files, ``train``/``sft`` output folders and
-    ``eval`` output folders (their runs' records and world-model calls)."""
-    data: dict = {"episodes": [], "calls": [], "training": []}
+    ``eval`` output folders (their results, runs' records and world-model calls)."""
+    data: dict = {"episodes": [], "calls": [], "training": [], "evals": []}
     for path in map(Path, paths):
         if path.is_dir() and (path / "results.json").is_file():  # an eval's folder: records/ENV/..., world/ENV/...
-            for file in sorted((path / "records").rglob("*.jsonl")) + sorted((path / "world").rglob("*.jsonl")):
-                _add(data, file, str(file.relative_to(path)))
+            data["evals"].append(_eval(path))
+            for kind in ("records", "world"):
+                for file in sorted((path / kind).rglob("*.jsonl")):
+                    env = file.parent.relative_to(path / kind).as_posix()
+                    _add(data, file, str(file.relative_to(path)), env, file.stem if kind == "world" else None)
             continue
         if path.is_dir():
             metrics = path / "metrics.jsonl"
@@ -115,13 +121,51 @@ def collect(paths: Sequence[str | Path]) -> dict:
     return data
 
 
-def _add(data: dict, path: Path, source: str) -> None:
-    """The records of a ``run`` or ``compare`` file into ``data``, each labelled with ``source``."""
+def _add(data: dict, path: Path, source: str, env: str | None = None, world_model: str | None = None) -> None:
+    """The records of a ``run`` or ``compare`` file into ``data``, each labelled with ``source``, its env
+    (the record's own, else ``env``) and, for an eval's world-model calls, the world model."""
     for r in records.rows(path):
         if "rehearsed" in r and "real" in r and "tool" in r:
-            data["calls"].append(_call(r, source))
+            data["calls"].append({**_call(r, source), "env": env, "world_model": world_model})
         else:
-            data["episodes"].append(_episode(r, source))
+            data["episodes"].append({**_episode(r, source), "env": r.get("env_id") or env})
+
+
+def _eval(folder: Path) -> dict:
+    """What an eval's first screen shows, from its ``results.json``: the benchmark table (measured
+    beside reported, partial scores marked, coverage) and the world-model rows, per world model."""
+    from pydantic import ValidationError
+
+    from envace_gym.evaluation.results import EvalResults
+
+    try:
+        results = EvalResults.model_validate_json((folder / "results.json").read_text(encoding="utf-8"))
+    except (ValidationError, ValueError) as e:
+        raise ValueError(f"{folder / 'results.json'} is not an eval's results: {str(e).splitlines()[0]}") from None
+    shown = [b for b in results.benchmarks if b.in_overall]
+    return {
+        "folder": str(folder),
+        "agent": results.agent,
+        "benchmarks": [
+            {"name": b.name, "score": b.score, "partial": b.partial, "coverage": b.coverage, "skipped": b.skipped}
+            for b in shown
+        ],
+        "overall": results.overall,
+        "comparable": results.comparable,
+        "reported": results.reported,
+        "world": [
+            {
+                "benchmark": r.benchmark,
+                "world_model": r.world_model,
+                "calls": r.calls,
+                "leaf_match": r.metrics.get("leaf_match"),
+                "exact": r.metrics.get("exact"),
+                "by_tool": r.by_tool,
+                "reference": r.world_model != results.agent,
+            }
+            for r in results.world_model
+        ],
+    }
 
 
 def _standard(value):

@@ -228,7 +228,17 @@ def markdown(results: EvalResults) -> str:
 
 
 def plot(results: EvalResults, path: Path) -> None:
-    """A bar per benchmark: real, under private rehearsal, and the agent's world-model leaf_match (x100)."""
+    """:func:`figure` written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(results)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def figure(results: EvalResults):
+    """A bar per benchmark: real, under private rehearsal, and the agent's world-model leaf_match (x100),
+    each labelled with its value, or "not run" (a benchmark without a score) or "no row" (no world model)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -251,23 +261,26 @@ def plot(results: EvalResults, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names), 3.6))
     for i, (name, values) in enumerate(series.items()):
         bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=name)
-        for bar, b in zip(bars, shown):
+        absent = "no row" if name.startswith("world model") else "not run"
+        for bar, b, v in zip(bars, shown, values):
             if b.partial:
                 bar.set_hatch("//")
+            where = (bar.get_x() + bar.get_width() / 2, bar.get_height())
+            text = absent if v is None else f"{v:.1f}"
+            ax.annotate(text, where, xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
 
     def label(b: BenchmarkResult) -> str:
         notes = [f"partial: {b.tasks}/{b.full_tasks or '?'} tasks"] * b.partial
         return b.name + "".join(f"\n({note})" for note in notes + ["stand-in backend"] * bool(b.stand_in))
 
     ax.set_xticks(x, [label(b) for b in shown])
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 108)  # room for a full bar's label
     ax.set_ylabel("score (0-100)")
     hatched = " (hatched: partial, not comparable with the paper's rows)" if any(b.partial for b in shown) else ""
     ax.set_title(f"{results.agent}: the paper's benchmarks{hatched}", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
 
 def reported() -> dict[str, dict[str, float]]:

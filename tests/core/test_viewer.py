@@ -439,3 +439,50 @@ def test_view_writes_its_report_under_runs_by_default(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["view", str(records)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "runs" / "report.html").is_file() and not (tmp_path / "report.html").exists()
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory) -> Path:
+    """An eval's view: a noisy oracle on tau2 telecom (task ids of over 100 characters) and a BFCL
+    category, one task each, with the world-model table (its own row, then the oracle's and knn's)."""
+    out = tmp_path_factory.mktemp("eval") / "eval"
+    suites = "EnvACE/tau2-telecom-v0,EnvACE/bfcl-multi-turn-base-v0"
+    args = ["eval", "--agent", "noisy-oracle", "--suites", suites, "--limit", "1", "--world-model", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code in (0, 1), result.output
+    done = CliRunner().invoke(app, ["view", str(out), "--out", str(out.parent / "view.html")])
+    assert done.exit_code == 0, done.output
+    return out.parent / "view.html"
+
+
+@needs_browser
+def test_an_eval_opens_on_its_benchmark_table_then_a_world_model_panel_per_agent(evaluated):
+    page, console = dom(evaluated, "")
+    assert 'data-ready="1"' in page and "Uncaught" not in console
+    summary = html.unescape(page.split('id="summary"')[1].split("</section>")[0])
+    assert summary.index('id="benchmarks"') < summary.index('id="world-models"') < summary.index(">counts<")
+    table = summary.split('id="benchmarks"')[1].split("</table>")[0]
+    assert "noisy-oracle (measured)" in table and " (partial)" in table  # one task of each: partial, marked
+    assert "<th>tau2</th><th>BFCL v4</th>" in table  # in the order given
+    assert "EnvACE-8B (reported)</td><td>36.70</td><td>46.04</td>" in table  # the paper's, beside
+    assert "multi-turn-base: 1/200 tasks" in table  # the coverage, on hover
+    panels = summary.split('id="world-models"')[1]
+    at = [panels.index(f'id="world-{name}"') for name in ("noisy-oracle", "oracle", "knn")]
+    assert at == sorted(at) and "world model: knn (reference)" in panels and "world model: noisy-oracle<" in panels
+    own, knn = (panels.split(f'id="world-{name}"')[1].split("</svg>")[0] for name in ("noisy-oracle", "knn"))
+    assert "BFCL v4: all calls" in own and own != knn  # each world model's own numbers, not pooled
+    assert 'id="fidelity-chart"' not in page
+    by_env = summary.split('id="by-dynamics"')[1].split("</table>")[0]
+    assert "EnvACE/tau2-telecom-v0" in by_env and "EnvACE/bfcl-multi-turn-base-v0" in by_env  # reward per env
+
+
+@needs_browser
+def test_an_evals_episodes_fit_1280_pixels_with_long_task_ids_cut_short(evaluated):
+    page, _ = dom(evaluated, "tab=runs&q=&sort=&page=0&open=")
+    rows = page.split('<tr class="row"')[1:]
+    telecom = next(r for r in rows if "tau2-telecom" in r)
+    task = telecom.split('class="id"')[2]  # env, then task_id
+    whole = html.unescape(task.split('title="')[1].split('"')[0])
+    assert len(whole) > 100 and "env</th>" in page  # the whole id on hover, an env column
+    fit = probe(evaluated, "tab=runs&q=&sort=&page=0&open=", "", width=1280)
+    assert fit["table"]["right"] <= 1280  # every column on screen at 1280 px

@@ -16,6 +16,7 @@ from envace_gym.agents.base import Agent
 from envace_gym.cli import app
 from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation, markdown
 from envace_gym.evaluation.benchmarks import bfcl_category, bfcl_score
+from envace_gym.evaluation.results import figure
 from envace_gym.play.loop import run_episode
 from envace_gym.suites.bfcl import categories as bfcl_categories
 
@@ -81,6 +82,17 @@ def test_a_model_agent_is_loaded_once_for_every_run_and_world_model_row(tiny, tm
     assert len(records) == 2 and all(r["agent"] == f"hf:{tiny}" for r in records)
     assert {r.world_model for r in rows} == {f"hf:{tiny}", "oracle", "knn"} and all(r.calls for r in rows)
     assert len(loads) == 1
+
+
+def test_the_figure_labels_every_bar_and_says_what_was_not_run(tmp_path):
+    suites = ["EnvACE/bfcl-multi-turn-base-v0,EnvACE/vitabench-delivery-v0"]  # VitaBench: no judge, not run
+    evaluation = Evaluation(EvalConfig(agent="random", suites=suites, limit=1, max_turns=1, out=str(tmp_path)))
+    for _, run in evaluation.runs():
+        list(run)
+    results = evaluation.results()
+    evaluation.close()
+    labels = [t.get_text() for t in figure(results).axes[0].texts]
+    assert labels == ["0.0", "not run"]  # the random agent's zero is a bar with its value, VitaBench named
 
 
 class ContextFull(Agent):
