@@ -14,7 +14,7 @@ import time
 import gymnasium as gym
 import pytest
 import requests
-from paths import ROOT, SUPPORT
+from remote import Recorded, openenv_client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -23,7 +23,6 @@ from envace_gym import agents
 from envace_gym.integrations.openenv.client import RemoteEnv
 from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
 
-OPENENV_PYTHON = ROOT / ".venv-openenv" / "bin" / "python"  # made by `make setup`
 MOCK = "EnvACE/tau2-mock-v0"
 CASES = [("EnvACE/tau2-retail-v0", "5"), ("EnvACE/bfcl-multi-turn-base-v0", None), ("EnvACE/tau2-mock-gen-v0", None)]
 
@@ -51,20 +50,6 @@ def remote_steps(env: RemoteEnv, task_id: str, dynamics: str, actions: list, see
     for action in actions:
         steps.append(jsonable(list(env.step(action))))
     return steps
-
-
-def openenv_client(url: str, episodes: list[dict], headers: dict | None = None) -> list[dict]:
-    if not OPENENV_PYTHON.exists():
-        pytest.skip(f"OpenEnv's client venv is missing ({OPENENV_PYTHON}): `make setup` makes it")
-    done = subprocess.run(
-        [str(OPENENV_PYTHON), str(SUPPORT / "openenv_client.py")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        input=json.dumps({"url": url, "episodes": episodes, "headers": headers}),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
 
 
 def as_openenv(step: list) -> dict:
@@ -319,18 +304,6 @@ def test_openenv_client_sees_capacity_reached():
         assert wait_for(lambda: active(url) == 0, 10)
         got = openenv_client(url, [{"reset": {"seed": 0, "options": {"dynamics": "rehearsed"}}, "actions": []}])
         assert got[0]["state"]["dynamics"] == "rehearsed"
-
-
-class Recorded(agents.Agent):
-    """Plays actions recorded in process, in order: how a remote env is played without a model."""
-
-    name = "recorded"
-
-    def __init__(self, actions: list):
-        self.actions = iter(actions)
-
-    def act(self, obs: dict) -> str:
-        return next(self.actions)
 
 
 @pytest.mark.parametrize("dynamics", ["real", "rehearsed"])

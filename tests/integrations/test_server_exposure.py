@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import gymnasium as gym
 import pytest
 import requests
-from test_openenv import MOCK, openenv_client
+from remote import Recorded, openenv_client
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.sync.server import serve
@@ -24,6 +24,7 @@ from envace_gym.integrations.openenv import access
 from envace_gym.integrations.openenv.client import RemoteEnv
 from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
 
+MOCK = "EnvACE/tau2-mock-v0"
 TOKEN = "s3cret-token-for-tests"
 
 
@@ -279,7 +280,6 @@ def fake_env_server(replies: list, tasks: dict):
 
 
 def test_run_url_ends_an_episode_whose_reply_breaks_the_contract_as_server_error_and_goes_on(tmp_path):
-    from test_openenv import Recorded
 
     from envace_gym.play.run import Run, RunConfig
 

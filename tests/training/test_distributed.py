@@ -1,40 +1,16 @@
 """Two CPU processes through ``accelerate launch`` (gloo) make the update one process makes."""
 
 import json
-import os
 import pickle
-import shutil
-import subprocess
-import sys
 from dataclasses import asdict
 
 import pytest
 import torch
-from paths import ROOT, SUPPORT
+from launch import ACCELERATE, launch
+from paths import SUPPORT
 from training_configs import tiny_config
 
 from envace_gym.training import Trainer, collect
-
-ACCELERATE = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
-LAUNCH = [
-    ACCELERATE,
-    "launch",
-    "--multi_gpu",
-    "--num_processes",
-    "2",
-    "--num_machines",
-    "1",
-    "--mixed_precision",
-    "no",
-    "--dynamo_backend",
-    "no",
-]
-
-
-def _launch(args, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    done = subprocess.run([*LAUNCH, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI")
@@ -53,7 +29,7 @@ def test_two_ranks_make_the_one_process_update(tiny, tmp_path):
     single.update(rollouts)
     expected = single.model.state_dict()
 
-    _launch([str(SUPPORT / "distributed_update.py"), "config.json", "rollouts.pkl", str(tmp_path)], tmp_path)
+    launch([str(SUPPORT / "distributed_update.py"), "config.json", "rollouts.pkl", str(tmp_path)], tmp_path)
     saved = [torch.load(tmp_path / f"rank{i}.pt") for i in (0, 1)]
     assert [s["world"] for s in saved] == [2, 2]
     ranks = [s["weights"] for s in saved]
@@ -68,7 +44,7 @@ def test_two_ranks_make_the_one_process_update(tiny, tmp_path):
 @pytest.mark.slow
 def test_train_command_under_two_ranks(tiny, tmp_path):
     out = tmp_path / "run"
-    _launch(
+    launch(
         [
             "-m",
             "envace_gym.cli",

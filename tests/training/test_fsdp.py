@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from launch import ACCELERATE, launch
 from paths import SUPPORT
 from safetensors.torch import load_file
-from test_distributed import ACCELERATE, _launch
 from training_configs import tiny_config
 
 from envace_gym.training import Trainer, checkpoint, collect
@@ -48,7 +48,7 @@ def runs(tiny, tmp_path_factory):
     first = {k: v.clone() for k, v in single.model.state_dict().items()}
     single.update(rollouts)
     second = single.model.state_dict()
-    _launch([str(SUPPORT / "sharded_run.py"), "config.json", "rollouts.pkl", "result.pt", f"{config.out}-train"], tmp)
+    launch([str(SUPPORT / "sharded_run.py"), "config.json", "rollouts.pkl", "result.pt", f"{config.out}-train"], tmp)
     return config, rollouts, before, first, second, torch.load(tmp / "result.pt")
 
 
