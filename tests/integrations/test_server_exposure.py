@@ -486,6 +486,8 @@ def test_connections_without_a_request_take_no_authorised_clients_place_and_requ
             s.settimeout(0.5)
             try:
                 closed += s.recv(4096) == b""
+            except ConnectionResetError:  # closed with the request's bytes unread: a reset, not an end
+                closed += 1
             except TimeoutError:
                 pass
             s.close()
