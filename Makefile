@@ -75,12 +75,12 @@ run: $(BASE)  ## the oracle on EnvACE/tau2-retail-v0 (test split, real dynamics)
 # every test but vLLM's on two workers (pytest-xdist; one thread each), then the vLLM engines' tests alone:
 # an engine's threads spin on both cores and share them badly (tests/conftest.py marks them)
 test: lint typecheck docs  ## lint, types, the docs build and every test
-	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup -m "not vllm"
+	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup --max-worker-restart 0 -m "not vllm"
 	$(PY) -m pytest -q --durations=5 -m vllm
 
 # the developer loop: the checks, then the tests not marked slow (about 5 minutes on a quiet machine)
 test-fast: lint typecheck  ## lint, types and the tests not marked slow
-	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup --max-worker-restart 0
 
 lint: setup  ## ruff check and ruff format --check
 	$(VENV)/bin/ruff check .
