@@ -134,13 +134,11 @@ def _add(data: dict, path: Path, source: str, env: str | None = None, world_mode
 def _eval(folder: Path) -> dict:
     """What an eval's first screen shows, from its ``results.json``: the benchmark table (measured
     beside reported, partial scores marked, coverage) and the world-model rows, per world model."""
-    from pydantic import ValidationError
-
     from envace_gym.evaluation.results import EvalResults
 
     try:
         results = EvalResults.model_validate_json((folder / "results.json").read_text(encoding="utf-8"))
-    except (ValidationError, ValueError) as e:
+    except ValueError as e:  # pydantic's ValidationError is one
         raise ValueError(f"{folder / 'results.json'} is not an eval's results: {str(e).splitlines()[0]}") from None
     shown = [b for b in results.benchmarks if b.in_overall]
     return {

@@ -112,15 +112,6 @@ def benchmarks(suites: list[str]) -> list[Benchmark]:
     ]
 
 
-def suite_blockers(env_id: str) -> list[str]:
-    """Why ``env_id``'s suite cannot load here (VitaBench without its checkout), or nothing."""
-    try:
-        registration.suite(env_id)
-    except (ValueError, ImportError, KeyError, gym.error.Error) as e:
-        return [" ".join(str(e).split())[:300]]
-    return []
-
-
 class Evaluation:
     """An evaluation set up: its benchmarks and output folder. :meth:`runs` yields the runs to play,
     :meth:`results` scores what they wrote."""
@@ -228,15 +219,18 @@ class Evaluation:
             for b in self.benchmarks:
                 files = self.played.setdefault((b.name, rehearse), {})
                 for env_id in b.env_ids:
-                    if b.needs_judge and not self.config.judge:  # and every other blocker, said at once
-                        self.skipped[b.name][env_id] = "; ".join(
-                            ["needs a judge (--judge MODEL@BASE_URL), as run needs one", *suite_blockers(env_id)]
-                        )
-                        continue
+                    why = []
+                    if b.needs_judge and not self.config.judge:
+                        why.append("needs a judge (--judge MODEL@BASE_URL), as run needs one")
                     try:
-                        run = Run(self.run_config(b, env_id, rehearse), self._model())
+                        if why:  # the suite alone, so that every other blocker is said with it
+                            registration.suite(env_id)
+                        else:
+                            run = Run(self.run_config(b, env_id, rehearse), self._model())
                     except (ValueError, ImportError, KeyError, gym.error.Error) as e:
-                        self.skipped[b.name][env_id] = " ".join(str(e).split())[:300]
+                        why.append(" ".join(str(e).split())[:300])
+                    if why:
+                        self.skipped[b.name][env_id] = "; ".join(why)
                         continue
                     files[env_id] = run.out
                     if not rehearse:

@@ -95,6 +95,23 @@ def test_the_figure_labels_every_bar_and_says_what_was_not_run(tmp_path):
     assert labels == ["0.0", "not run"]  # the random agent's zero is a bar with its value, VitaBench named
 
 
+def world_table(agent: str, rows: dict) -> EvalResults:
+    """Results holding only the world-model rows ``rows`` (by world model), for their markdown table."""
+    return EvalResults(
+        agent=agent,
+        user="scripted",
+        judge=None,
+        trials=1,
+        limit=2,
+        rehearse=0,
+        benchmarks=[],
+        overall=None,
+        overall_of=[],
+        world_model=list(rows.values()),
+        reported={},
+    )
+
+
 class ContextFull(Agent):
     """A world model that answers one call, then fails on every later one (as a prompt past a model's context)."""
 
@@ -120,19 +137,7 @@ def test_a_world_model_that_fails_ends_its_episode_and_the_table_says_so(tmp_pat
     failing, oracle = rows["test_eval:ContextFull"], rows["oracle"]
     assert failing.calls == 1 < oracle.calls and not oracle.failed
     assert failing.failed == {"RuntimeError: the prompt is longer than the context": 2}  # both episodes ended
-    results = EvalResults(
-        agent=config.agent,
-        user="scripted",
-        judge=None,
-        trials=1,
-        limit=2,
-        rehearse=0,
-        benchmarks=[],
-        overall=None,
-        overall_of=[],
-        world_model=list(rows.values()),
-        reported={},
-    )
+    results = world_table(config.agent, rows)
     assert "ContextFull failed, RuntimeError: the prompt is longer than the context: 2 episodes" in markdown(results)
 
 
@@ -174,19 +179,7 @@ def test_the_world_model_table_probes_determinism_over_replays(tmp_path):
     assert rows["oracle"].determinism == {"replays": 3, "calls": rows["oracle"].calls, "exact": 1.0, "leaf": 1.0}
     assert rows["knn"].determinism["calls"] == rows["knn"].calls and rows["knn"].determinism["exact"] < 1.0
     assert len((tmp_path / "world").rglob("oracle.jsonl").__next__().read_text().splitlines()) == rows["oracle"].calls
-    results = EvalResults(
-        agent="oracle",
-        user="scripted",
-        judge=None,
-        trials=1,
-        limit=2,
-        rehearse=0,
-        benchmarks=[],
-        overall=None,
-        overall_of=[],
-        world_model=list(rows.values()),
-        reported={},
-    )
+    results = world_table("oracle", rows)
     table = markdown(results)
     assert "| same over 3 replays (exact, leaf) |" in table and "| 1.00, 1.00 |" in table
     with pytest.raises(ValueError, match="give --world-model too"):
