@@ -37,9 +37,15 @@ def import_module(name: str) -> ModuleType:
     a failure of any kind is one ``ImportError`` that names it."""
     try:
         if not name.endswith(".py"):
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            return importlib.import_module(name)
+            cwd = os.getcwd()
+            added = cwd not in sys.path
+            if added:  # for this import alone: the caller's sys.path is left as it was
+                sys.path.insert(0, cwd)
+            try:
+                return importlib.import_module(name)
+            finally:
+                if added and cwd in sys.path:
+                    sys.path.remove(cwd)
         path = Path(name).resolve()
         known = sys.modules.get(path.stem)
         if known is not None:

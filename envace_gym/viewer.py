@@ -89,11 +89,8 @@ def _training_svg(rows: list[dict], title: str) -> str:
     fig = records.training_figure(rows, title)
     if fig is None:
         return ""
-    import matplotlib.pyplot as plt
-
     out = io.StringIO()
     fig.savefig(out, format="svg", metadata={"Date": None})
-    plt.close(fig)
     svg = out.getvalue()
     return svg[svg.index("<svg") :]
 

@@ -229,21 +229,14 @@ def markdown(results: EvalResults) -> str:
 
 def plot(results: EvalResults, path: Path) -> None:
     """:func:`figure` written to ``path``."""
-    import matplotlib.pyplot as plt
-
-    fig = figure(results)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    figure(results).savefig(path, dpi=120, bbox_inches="tight")
 
 
 def figure(results: EvalResults):
     """A bar per benchmark: real, under private rehearsal, and the agent's world-model leaf_match (x100),
     each labelled with its value, or "not run" (a benchmark without a score) or "no row" (no world model)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure
 
     shown = [b for b in results.benchmarks if b.in_overall]  # the ones reported apart have tables of their own
     names = [b.name for b in shown]
@@ -258,7 +251,8 @@ def figure(results: EvalResults):
     if results.world_model:
         series["world model (leaf_match x100)"] = [100 * own[n] if n in own else None for n in names]
     x, width = np.arange(len(names)), 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names), 3.6))
+    fig = Figure(figsize=(1.8 + 1.6 * len(names), 3.6))  # no pyplot: the caller's backend stays as it is
+    ax = fig.subplots()
     for i, (name, values) in enumerate(series.items()):
         bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=name)
         absent = "no row" if name.startswith("world model") else "not run"

@@ -221,16 +221,14 @@ def _value(text: str):
 def figure(summary: dict[str, dict], title: str):
     """Horizontal grouped bars of the fidelity measures, one row per tool (full names, in the
     table's order): the figure grows in height with the tools, so 80 of them stay readable."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure
 
     tools = list(summary)
     y = np.arange(len(tools))
     height = 0.8 / len(METRICS)
-    fig, ax = plt.subplots(figsize=(8.0, 1.6 + 0.4 * len(tools)))
+    fig = Figure(figsize=(8.0, 1.6 + 0.4 * len(tools)))  # no pyplot: the caller's backend stays as it is
+    ax = fig.subplots()
     for i, metric in enumerate(METRICS):
         ax.barh(y + (i - len(METRICS) / 2 + 0.5) * height, [summary[t][metric] for t in tools], height, label=metric)
     ax.set_yticks(y, [f"{t} ({summary[t]['calls']})" for t in tools], fontsize=8)
@@ -245,8 +243,4 @@ def figure(summary: dict[str, dict], title: str):
 
 def plot(summary: dict[str, dict], path: Path, title: str) -> None:
     """:func:`figure` as a PNG, its margins fitted to the longest tool name."""
-    import matplotlib.pyplot as plt
-
-    fig = figure(summary, title)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    figure(summary, title).savefig(path, dpi=120, bbox_inches="tight")

@@ -129,10 +129,7 @@ def _config_json(config, indent: int | None = None) -> str:
 
 def plot_metrics(path: Path, png: Path) -> None:
     """The training curves of ``metrics.jsonl`` (:func:`~envace_gym.play.records.training_figure`) as a PNG."""
-    fig = training_figure(rows(path))
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    if fig is None:  # no curve yet: an empty figure
-        fig = plt.figure()
+    fig = training_figure(rows(path)) or Figure()  # no curve yet: an empty figure
     fig.savefig(png, dpi=110)
-    plt.close(fig)

@@ -12,6 +12,7 @@ loop, checkpoints and metrics are :class:`~envace_gym.training.loop.TrainingLoop
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from functools import cached_property
@@ -183,8 +184,8 @@ class SFT(TrainingLoop):
             records = load_episodes(config.source, config.max_episodes)
         if not records:
             raise ValueError(f"no episodes to train on in {config.source}")
-        if config.steps is None:
-            config.steps = config.epochs * math.ceil(len(records) / config.batch)
+        if config.steps is None:  # a copy: the caller's config keeps its None
+            config = dataclasses.replace(config, steps=config.epochs * math.ceil(len(records) / config.batch))
         self.cfg, self.out = config, Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.play_settings: dict = {}  # SFT plays no episode: a checkpoint keeps the players' defaults

@@ -168,8 +168,10 @@ def test_sft_from_a_run_file(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     records = load_episodes(runs)
     assert len(records) == 3 and all(len(r["real_call_ids"]) == r["tool_calls"] > 0 for r in records)
-    trainer = SFT(_config(tiny, tmp_path / "sft", source=str(runs), max_episodes=None, batch=2, steps=None))
+    config = _config(tiny, tmp_path / "sft", source=str(runs), max_episodes=None, batch=2, steps=None)
+    trainer = SFT(config)
     assert trainer.cfg.steps == 2 and len(trainer.sequences) == 3  # one epoch of 3 episodes, 2 a step
+    assert config.steps is None  # the caller's config is not rewritten
     records = trainer.train()
     assert [r["episodes"] for r in records] == [2, 2] and all(r["tokens/rehearse"] for r in records)
     old = tmp_path / "old.jsonl"  # a record written before runs carried transcripts
