@@ -14,7 +14,7 @@ from envace_gym.suite import ScriptedUser, Suite, User, UserReply, World
 from envace_gym.tools import ToolSet
 from envace_gym.wrappers import SelfRehearsal
 
-_install_moved()  # the old module names (envace_gym.envs, runner, runs, ...) still import
+_install_moved()  # envace_gym.envs's modules still import, until 0.3.0
 register_all()
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "Response",
     "ResponseCache",
     "ScriptedUser",
-    "SelfRehearsal",
     "Suite",
     "Task",
     "ToolError",

@@ -1,5 +1,7 @@
-"""Modules that moved. Their old names still import, as the very same modules, with a DeprecationWarning
-naming the new place; the old names will be removed in a later release."""
+"""Names that moved since 0.1.0, the one release: ``envace_gym.envs`` is now :mod:`envace_gym.suites`
+(its modules import as the very same modules), and ``envace_gym.envs.mcp``'s constructors and
+``SelfRehearsal`` still work. Each use warns with :class:`Deprecated`, naming the new place and
+:data:`REMOVAL`. Names renamed within the unreleased 0.2.0 keep no alias."""
 
 from __future__ import annotations
 
@@ -10,35 +12,30 @@ import importlib.util
 import sys
 import warnings
 
-#: old module: new module
-MOVED = {
-    "envace_gym.runner": "envace_gym.play.loop",
-    "envace_gym.runs": "envace_gym.play.run",
-    "envace_gym.compare": "envace_gym.play.compare",
-    "envace_gym.distributed": "envace_gym.play.distributed",
-    "envace_gym.records": "envace_gym.play.records",
-    "envace_gym.bounded": "envace_gym.response",
-    "envace_gym.settings": "envace_gym.config_fields",
-    "envace_gym.testing": "envace_gym.fixtures",
-}
-#: old package: new package, for their modules (the old package itself warns on import, and
-#: ``envace_gym.envs.mcp`` is a module of its own that keeps the old constructors)
-MOVED_PACKAGES = {"envace_gym.envs": "envace_gym.suites"}
-KEPT = {"envace_gym.envs.mcp"}
+#: the release that removes every alias here
+REMOVAL = "0.3.0"
+OLD, NEW = "envace_gym.envs", "envace_gym.suites"
+KEPT = {"envace_gym.envs.mcp"}  # a module of its own: the old MCP constructors
+
+
+class Deprecated(DeprecationWarning):
+    """The project's own deprecation warning (its tests make it an error unless a test expects it)."""
+
+
+def warn(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn that ``old`` is now ``new`` and goes in :data:`REMOVAL`."""
+    warnings.warn(f"{old} is now {new}; it will be removed in {REMOVAL}", Deprecated, stacklevel=stacklevel)
 
 
 def new_name(name: str) -> str | None:
     """Where the module ``name`` is now, or None if it did not move."""
-    if name in MOVED:
-        return MOVED[name]
-    for old, new in MOVED_PACKAGES.items():
-        if name.startswith(old + ".") and name not in KEPT:
-            return new + name[len(old) :]
+    if name.startswith(OLD + ".") and name not in KEPT:
+        return NEW + name[len(OLD) :]
     return None
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds a moved module's old name as the (imported now if not yet) module of its new name."""
+    """Finds an old suite module's name as the (imported now if not yet) module of its new name."""
 
     def __init__(self):
         self._own_specs: dict[str, importlib.machinery.ModuleSpec] = {}
@@ -49,8 +46,6 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         new = new_name(spec.name)
         assert new is not None  # find_spec's
-        if spec.name in MOVED:
-            warnings.warn(f"{spec.name} is now {new}; import it from there", DeprecationWarning, stacklevel=2)
         module = importlib.import_module(new)
         self._own_specs[spec.name] = module.__spec__
         return module
@@ -60,6 +55,6 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install() -> None:
-    """Make the old names importable (once per process)."""
+    """Make the old suite names importable (once per process)."""
     if not any(isinstance(finder, _Alias) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _Alias())
+        sys.meta_path.append(_Alias())  # last: only names no other finder knows reach it

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
+
+from envace_gym.moved import warn
 
 if TYPE_CHECKING:
     from envace_gym.env import EnvACEEnv
 
 
 class SelfRehearsal(gym.Wrapper):
-    """Deprecated: ``gym.make(id, dynamics="simulated", simulator=agent)`` is the same world, the agent
+    """Deprecated until 0.3.0: ``gym.make(id, dynamics="simulated", simulator=agent)`` is the same world, the agent
     answering every call inside ``step`` (its calls' source is ``simulated``).
 
     Answers every rehearse turn with ``agent`` inside ``step``, so the caller sees only act turns;
@@ -20,11 +21,7 @@ class SelfRehearsal(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, agent: Any):
-        warnings.warn(
-            "SelfRehearsal is deprecated: make the env with dynamics='simulated', simulator=agent",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn("SelfRehearsal", "gym.make(id, dynamics='simulated', simulator=agent)")
         super().__init__(env)
         self.agent = agent
 
