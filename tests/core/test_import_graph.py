@@ -1,5 +1,5 @@
 """The package's modules import each other without a cycle (issue 26: the env knows no agents), lazy
-imports inside functions included, and none is over 500 lines."""
+imports inside functions included, and each layer imports only its own and the layers below it."""
 
 import ast
 from pathlib import Path
@@ -7,7 +7,6 @@ from pathlib import Path
 import envace_gym
 
 ROOT = Path(envace_gym.__file__).parent
-MAX_LINES = 500
 
 
 def _type_checking_only(tree: ast.AST) -> set[int]:
@@ -69,11 +68,43 @@ def test_no_import_cycle_and_the_env_knows_no_agents():
             visit(module, [module])
 
 
-def test_no_module_is_over_500_lines():
-    sizes = {
-        path.relative_to(ROOT.parent).as_posix(): len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")
+#: the package's layers, bottom first, by top-level module or package: each may import its own layer and
+#: the ones below it, never one above (lazy imports included)
+LAYERS = (
+    (
+        "core",
+        {
+            "errors", "limits", "messages", "tools", "response", "episode", "grader", "suite", "state", "spaces",
+            "fidelity", "config_fields", "chat_template", "cache", "openai_client", "specs", "redaction",
+            "rehearse_prompts", "routing", "dynamics", "rewards", "moved",
+        },
+    ),
+    ("suites", {"suites"}),
+    ("env", {"env", "wrappers"}),
+    ("agents", {"agents"}),
+    ("playing", {"registration", "play", "envs", "__init__"}),
+    ("above", {"training", "evaluation", "integrations", "fixtures", "viewer", "cli"}),
+)  # fmt: skip
+#: the upward imports allowed, each with its reason
+UPWARD = {
+    # `run --url` plays the env that `serve` serves, through the OpenEnv client
+    ("envace_gym.play.run", "envace_gym.integrations.openenv.client"),
+}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    found = [i for i, (_, names) in enumerate(LAYERS) if top in names]
+    assert found, f"{module} is in no layer: add {top!r} to LAYERS"
+    return found[0]
+
+
+def test_each_layer_imports_only_its_own_and_those_below():
+    upward = {
+        (module, dep) for module, deps in module_imports().items() for dep in deps if _layer(dep) > _layer(module)
     }
-    assert not {path: n for path, n in sizes.items() if n > MAX_LINES}
+    assert upward <= UPWARD, sorted(upward - UPWARD)
 
 
 ABOVE_SUITES = ("env", "registration", "agents", "training", "play", "evaluation", "integrations", "cli")
@@ -99,9 +130,9 @@ GYM_MAKES = {
     "envace_gym/integrations/openenv/server.py": 1,  # the served env's catalog (its tools for POST /mcp)
     "envace_gym/integrations/trl.py": 5,  # the dataset's openings, the tool loop's envs, the rollout's envs
     "envace_gym/integrations/verl.py": 2,  # the dataset's openings, the agent loop's envs
+    "envace_gym/integrations/verifiers.py": 1,  # the envs that play its tasks' episodes
     "envace_gym/registration.py": 1,  # registration.suite on an id made by a user's own factory
     "envace_gym/play/loop.py": 2,
-    "envace_gym/fixtures.py": 1,  # the oracle's replies to a scripted token agent
     "envace_gym/training/sft.py": 1,  # the oracle's demonstrations
     "envace_gym/training/trainer.py": 2,  # the rollout envs and the held-out env
 }
@@ -160,7 +191,6 @@ def test_one_default_reward():
 #: someone else (an adapter answers its caller's requests; a private rehearsal steps its own fork)
 STEPPERS = {
     "envace_gym/play/loop.py:play",  # the one episode loop
-    "envace_gym/fixtures.py:oracle_replies",  # a fixture: the oracle's replies as text, for a token agent
 }
 
 

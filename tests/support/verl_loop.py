@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import warnings
 
@@ -16,13 +17,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import OmegaConf
+from scripted import ScriptedAgent, ServerManager, oracle_replies
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
-from envace_gym.fixtures import ScriptedAgent, ServerManager, oracle_replies
 from envace_gym.integrations import verl as envace_verl
 from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import collect
@@ -253,7 +254,46 @@ def batch_checks():
     emit(check="batch", case="uid key missing", error=error)
 
 
+def grpo_checks():
+    """The estimator beside verl's own GRPO outcome advantage, on act-only rows: groups of several
+    distinct rewards (equal without the std division, and with it but for verl's sample std against the
+    estimator's population std), a group whose rewards are all 0.9, and a one-sample group."""
+    from verl.trainer.ppo import core_algos
+
+    c, a = ROLE_IDS["context"], ROLE_IDS["act"]
+    groups = {"g0": [1.0, 0.0, 0.5, 0.25], "g1": [0.3, 0.7], "equal": [0.9, 0.9, 0.9], "single": [0.8]}
+    index = np.array([g for g, rewards in groups.items() for _ in rewards], dtype=object)
+    rewards = torch.tensor([r for rs in groups.values() for r in rs])
+    token_rewards = torch.zeros(len(rewards), 3)
+    token_rewards[:, -1] = rewards
+    mask = torch.tensor([[0.0, 1.0, 1.0]] * len(rewards))
+    roles = np.array([[c, a, a]] * len(rewards), dtype=object)
+    gens = np.array([{"act": 1}] * len(rewards), dtype=object)
+    for norm in (False, True):
+        ours, _ = envace_verl.role_advantages(token_rewards, mask, index, roles, gens, "episode", norm)
+        theirs, _ = core_algos.compute_grpo_outcome_advantage(
+            token_level_rewards=token_rewards, response_mask=mask, index=index, norm_adv_by_std_in_grpo=norm
+        )
+        agree = []
+        for g in ("g0", "g1"):
+            rows = torch.tensor(index == g)
+            n = int(rows.sum())
+            factor = math.sqrt(n / (n - 1)) if norm else 1.0  # sample std over population std
+            agree.append(bool(torch.allclose(ours[rows], theirs[rows] * factor, rtol=1e-4, atol=1e-6)))
+        equal, single = torch.tensor(index == "equal"), torch.tensor(index == "single")
+        emit(
+            check="grpo",
+            case=f"grpo norm={norm}",
+            groups_agree=agree,
+            equal=ours[equal][:, 1:].flatten().tolist(),
+            verl_equal=theirs[equal][:, 1:].flatten().tolist(),
+            single=ours[single][:, 1:].flatten().tolist(),
+            verl_single=theirs[single][:, 1:].flatten().tolist(),
+        )
+
+
 if sys.argv[1] == "--batch":
     batch_checks()
+    grpo_checks()
 else:
     asyncio.run(main())
