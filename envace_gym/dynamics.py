@@ -37,6 +37,12 @@ class Dynamics:
         return self.answers in ("world", "either", "router")
 
     @property
+    def mixes(self) -> bool:
+        """Whether an episode's calls are answered by the world and by the policy in turn (``mixed``,
+        ``adaptive``): the world must then stay consistent with the rehearsed calls too."""
+        return self.answers in ("either", "router")
+
+    @property
     def rehearses(self) -> bool:
         """Whether the policy writes tool responses (rehearse turns), which a tool loop outside the env
         (TRL's ``environment_factory``) cannot drive."""

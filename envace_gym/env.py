@@ -10,7 +10,7 @@ from typing import Any, Self
 
 import gymnasium as gym
 
-from envace_gym.dynamics import DYNAMICS, check_dynamics
+from envace_gym.dynamics import DYNAMICS, Dynamics, check_dynamics
 from envace_gym.episode import CallRecord, Episode, recorded, recording_table
 from envace_gym.errors import ErrorCode, ToolError, error_code_of_text
 from envace_gym.fidelity import fidelity
@@ -31,7 +31,7 @@ from envace_gym.response import OVER_TIME, Response, checked, execute
 from envace_gym.rewards import RewardFn, check_reward, default_reward, resolve_reward, score_episode
 from envace_gym.routing import FidelityRouter
 from envace_gym.spaces import ActionSpace, ObservationSpace
-from envace_gym.suite import Suite, User
+from envace_gym.suite import Suite, User, World
 
 
 class EnvACEEnv(gym.Env):
@@ -173,6 +173,7 @@ class EnvACEEnv(gym.Env):
         self._pending: deque[tuple[ToolCall, str]] = deque()  # calls and who answers each
         self._turn, self._turn_steps, self._transferred, self._error = 0, 0, False, None
         self._rehearsal_errors = 0
+        self._diverged = False  # the world missed a rehearsed call that may change its state
         self._replay_table = self._recording_table(dynamics, task)
         self.episode.messages.append({"role": "user", "content": self._user.opening(world)})
         return self._obs(), self._info([])
@@ -261,10 +262,9 @@ class EnvACEEnv(gym.Env):
             check_dynamics(dynamics, self.simulator)
         clone, ep = copy.copy(self), self.episode  # __copy__: a shallow copy without __setstate__'s world replay
         clone.owns_suite = False
-        asks_world = DYNAMICS[dynamics or ep.dynamics].asks_world
         clone.episode = dataclasses.replace(
             ep,
-            world=ep.world.fork() if asks_world else ep.world.detached(),
+            world=clone._forked_world(DYNAMICS[dynamics or ep.dynamics]),
             dynamics=dynamics or ep.dynamics,
             messages=copy.deepcopy(ep.messages),
             calls=copy.deepcopy(ep.calls),
@@ -288,6 +288,22 @@ class EnvACEEnv(gym.Env):
             except Exception as e:
                 clone._fail(e)
         return clone
+
+    def _forked_world(self, dynamics: Dynamics) -> World:
+        """A fork's world under ``dynamics``. Where the episode's world has not run its calls (dynamics that
+        ask no world) and the new ones ask it, a local world is rebuilt from the episode's calls; another
+        keeps what it has, and has diverged from the history if a call it missed may change state."""
+        ep = self._live
+        if not dynamics.asks_world:
+            return ep.world.detached()
+        if DYNAMICS[ep.dynamics].asks_world:
+            return ep.world.fork()
+        if ep.suite.local_worlds:
+            return ep.replayed_world()
+        self._diverged = self._diverged or any(
+            c.ran and c.source != "real" and c.name not in ep.suite.stateless_tools for c in ep.calls
+        )
+        return ep.world.fork()
 
     def close(self) -> None:
         """End the episode's world (:meth:`~envace_gym.suite.World.close`), and close the suite if this
@@ -327,6 +343,7 @@ class EnvACEEnv(gym.Env):
         ep = self._live
         self._turn += 1
         text, calls = parse_act(action, id_prefix=f"call_{self._turn}")
+        self._own_ids(calls)
         ep.messages.append(assistant_message(text, calls))
         if self.suite.one_step:
             self._record_unanswered(calls, records)
@@ -349,6 +366,18 @@ class EnvACEEnv(gym.Env):
             self.tools = self.action_space.tools = reply.tools
         if reply.stop:
             ep.ended_by = "user_stop"
+
+    def _own_ids(self, calls: list[ToolCall]) -> None:
+        """Give each call an id no other call of the episode has: the policy's own where it is new, else
+        one of the env's. Records, routes and token exports key calls by id, so a policy that reuses an
+        id never gets one call's answer taken for another's."""
+        taken = {c.id for c in self._live.calls}
+        for i, call in enumerate(calls):
+            n = 0
+            while call.id in taken:
+                call.id = f"call_{self._turn}_{i}" + (f"_{n}" if n else "")
+                n += 1
+            taken.add(call.id)
 
     def _record_unanswered(self, calls: list[ToolCall], records: list[CallRecord]) -> None:
         """A one-step suite's calls: validated and recorded for scoring, answered by no one."""
@@ -445,17 +474,37 @@ class EnvACEEnv(gym.Env):
         self._rehearsal_errors += not parsed
         route = self._routes.pop(call.id, None)
         if answers not in ("world", "shadow"):  # the world answers a rehearsed call under shadow dynamics only
+            self._keep_world(call)
             self._answer(call, "rehearsed", rehearsed, records, route=route)
             return
         source, response = self._execute(call)
         score = fidelity(response.content, rehearsed)
-        if answers == "shadow" and source == "real":
+        if answers == "shadow" and source == "real" and not self._diverged:  # a drifted world says nothing of it
             self.router.update(call.name, call.arguments, score)
         shadowed = {"native": response.native, "rehearsed": rehearsed, "fidelity": score, "route": route}
         self._answer(call, source, response.content, records, **shadowed)
 
+    def _keep_world(self, call: ToolCall) -> None:
+        """Under dynamics that mix real and rehearsed answers, a rehearsed call runs on a local world too
+        (its answer dropped, no real call counted), so that later real calls see the episode's history. A
+        world that is not local does not run it, and from then on it has diverged (the tool may change state)."""
+        ep = self._live
+        if not DYNAMICS[ep.dynamics].mixes or self._diverged or call.name in ep.suite.stateless_tools:
+            return
+        if not ep.suite.local_worlds or self._execute(call)[0] != "real":  # or it ran out of time, leaving no trace
+            self._diverged = True
+
+    def _world_seen(self) -> str | None:
+        """What a real call's world had seen: ``state_diverged``, ``consistent`` (under dynamics that mix real
+        and rehearsed answers), or None (the world has answered every call)."""
+        if self._diverged:
+            return "state_diverged"
+        return "consistent" if DYNAMICS[self._live.dynamics].mixes else None
+
     def _answer(self, call: ToolCall, source: str, content: str, records: list[CallRecord], **extra: Any) -> None:
         self._pending.popleft()
+        if source == "real":
+            extra["world"] = self._world_seen()
         content = escape_tags(content)  # the same JSON value, with no tag or control token
         self._record(call, source, content, error_code_of_text(content), records, **extra)
         self._live.messages.append(tool_message(call, content))

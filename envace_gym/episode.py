@@ -31,6 +31,9 @@ class CallRecord:
     fidelity: dict | None = None
     position: int = -1  # index in the episode's messages of the message this call precedes
     route: dict | None = None  # adaptive dynamics: the estimate and reason that routed the call
+    # a call the world answered under mixing dynamics (or after a world drifted): "consistent" when the
+    # world had run every earlier call of the episode, "state_diverged" when it missed a rehearsed one
+    world: str | None = None
 
     @property
     def ran(self) -> bool:
@@ -51,6 +54,8 @@ class CallRecord:
             out["fidelity"] = self.fidelity
         if self.route is not None:
             out["route"] = self.route
+        if self.world is not None:
+            out["world"] = self.world
         return out
 
 

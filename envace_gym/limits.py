@@ -6,7 +6,9 @@ delivered between bytecodes, so a single C-level operation (``9**9**9``) cannot 
 cut short that way. Tools a suite declares stateless (arithmetic, expression
 evaluation) therefore run in a forked child process, killed when over budget in
 time or memory: their calls change no world state, so nothing needs to come back
-but the response.
+but the response. The child dies with the thread that forked it (:func:`die_with_parent`).
+
+Standard library only: the MCP server guard, run with ``python -I -S``, loads this file by its path.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pickle
 import resource
 import select
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -97,6 +100,21 @@ class _Watchdog:
 
 _WATCHDOG = _Watchdog()
 
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+# resolved now, not in a forked child: a child of a threaded process must not enter the dynamic loader
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL, subreaper: bool = False) -> bool:
+    """Ask the kernel for ``sig`` when the thread that started this process dies (Linux
+    ``PR_SET_PDEATHSIG``; elsewhere nothing), and with ``subreaper`` to adopt every orphaned descendant
+    (``PR_SET_CHILD_SUBREAPER``). False when ``parent`` had already died before the request took effect."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, sig)
+        if subreaper:
+            _PRCTL(PR_SET_CHILD_SUBREAPER, 1)
+    return os.getppid() == parent
+
 
 def run_bounded(fn, seconds: float | None):
     """``fn()`` in this thread, raising :class:`BudgetExceeded` once it runs past ``seconds``."""
@@ -127,11 +145,14 @@ def run_isolated(fn, seconds: float | None, memory_bytes: int):
     if not hasattr(os, "fork") or not os.path.exists("/proc/self/statm"):
         return run_bounded(fn, seconds)
     read_end, write_end = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: compute, send, and leave without running the parent's exit handlers
         status = 0
         try:
             os.close(read_end)
+            if not die_with_parent(parent):  # killed before we asked: no one waits for the answer
+                raise SystemExit
             limit = _address_space() + memory_bytes
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             try:

@@ -32,14 +32,18 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     error: ToolError | None = None
-    text_chars: int | None = field(default=None, compare=False, repr=False)  # of the text it was parsed from
+    text: str | None = field(default=None, compare=False, repr=False)  # the <tool_call> block's, as written
+
+    @property
+    def text_chars(self) -> int | None:
+        return None if self.text is None else len(self.text)
 
     def as_openai(self) -> dict:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+        """The call in OpenAI's form; a malformed ``<tool_call>`` block keeps its text as written (``text``)."""
+        out = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        if self.error is not None and self.text is not None:
+            out["text"] = self.text
+        return out
 
 
 def json_depth(value: Any) -> int:
@@ -191,18 +195,11 @@ def parse_act(action: Any, id_prefix: str = "call") -> tuple[str, list[ToolCall]
     for body in bodies:
         call_id = f"{id_prefix}_{len(calls)}"
         try:
-            obj = loads_bounded(body.strip())
+            call = _call_from_obj(loads_bounded(body.strip()), call_id)
         except ValueError as e:
-            calls.append(
-                ToolCall(
-                    call_id,
-                    "",
-                    error=ToolError(ErrorCode.MALFORMED_CALL, f"the <tool_call> block is not valid JSON: {e}"),
-                )
-            )
-            continue
-        call = _call_from_obj(obj, call_id)
-        call.text_chars = len(body)
+            error = ToolError(ErrorCode.MALFORMED_CALL, f"the <tool_call> block is not valid JSON: {e}")
+            call = ToolCall(call_id, "", error=error)
+        call.text = body
         calls.append(call)
     return text.strip(), calls
 

@@ -71,10 +71,22 @@ ENV_IDS["EnvACE/tau2-mock-gen-v0"] = SuiteEntry(
 ENV_IDS["EnvACE/tau2-mock-office-v0"] = SuiteEntry(
     "envace_gym.suites.tau2.mock_office:get_office_suite", defaults={"split": "test"}
 )
+ENV_IDS["EnvACE/plan-choice-v0"] = SuiteEntry("envace_gym.suites.plan_choice:get_suite", defaults={"max_turns": 4})
 ENV_IDS.update(
     {
         bfcl_categories.env_id(c): SuiteEntry("envace_gym.suites.bfcl:get_suite", (c,), defaults={"max_turns": None})
         for c in bfcl_categories.ALL
+    }
+)
+ENV_IDS.update(  # a web-search env takes allow_fetch=[CIDR, ...]: networks its fetches may reach besides public ones
+    {
+        bfcl_categories.env_id(c): SuiteEntry(
+            "envace_gym.suites.bfcl.web_search:category_suite",
+            (c,),
+            options={"allow_fetch": ()},
+            defaults={"max_turns": None},
+        )
+        for c in bfcl_categories.WEB_SEARCH
     }
 )
 ENV_IDS.update(

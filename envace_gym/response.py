@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
 from envace_gym.messages import brackets_within_depth, loads_bounded
+from envace_gym.redaction import redact
 
 if TYPE_CHECKING:
     from envace_gym.suite import Suite, World
@@ -57,7 +58,19 @@ class DumpedJSON(str):
 
 
 def _error_response(code: ErrorCode, message: str, native: Any = None) -> Response:
-    return Response(error=ToolError(code, message[:1000]), native=native or f"Error: {message[:1000]}")
+    message = redact(message)[:1000]
+    return Response(error=ToolError(code, message), native=native or f"Error: {message}")
+
+
+def redacted(response: Response) -> Response:
+    """``response`` with no secret in its text, native text or error message
+    (:func:`~envace_gym.redaction.redact`)."""
+    text = response.text if response.text is None else redact(response.text)
+    native = redact(response.native) if isinstance(response.native, str) else response.native
+    error = response.error and ToolError(response.error.code, redact(response.error.message))
+    if text is response.text and native is response.native and error == response.error:
+        return response
+    return Response(text=text, error=error, native=native)
 
 
 def execute(
@@ -97,7 +110,7 @@ def execute(
     native = response.native if isinstance(response.native, (str, type(None))) else repr(response.native)
     if native is not None and len(native) > limits.response_chars:  # an error keeps at most the limit
         response = Response(error=response.error, native=native[: limits.response_chars])
-    return response
+    return redacted(response)  # a tool's error text may quote what it was given (a URL with its key)
 
 
 def _plainly_standard(text: str) -> bool:

@@ -9,9 +9,15 @@ several processes' routers (each process routes on its own estimates between mer
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from envace_gym.config_fields import COUNT, NONNEGATIVE, Range, check_number
+
+#: The most calls an estimate may count (a saved state's ``calls``): what a float still counts exactly.
+MAX_CALLS = 2**53
 
 
 @dataclass
@@ -66,8 +72,9 @@ class FidelityRouter:
             raise ValueError(f"explore must be in [0, 1], got {self.explore!r}")
         if not (math.isfinite(self.z) and self.z >= 0):
             raise ValueError(f"z must be 0 or more, got {self.z!r}")
-        if self.min_calls < 1 or (self.budget is not None and self.budget < 0):
-            raise ValueError("min_calls must be at least 1 and budget 0 or more")
+        check_number("min_calls", self.min_calls, COUNT, whole=True)
+        if self.budget is not None:  # a NaN budget would compare false and lift the cap
+            check_number("budget", self.budget, NONNEGATIVE, whole=True)
 
     def key(self, name: str, arguments: dict) -> str:
         """The estimate a call counts in: ``name(arg1,arg2)`` by its argument names, or ``name``."""
@@ -109,6 +116,7 @@ class FidelityRouter:
     def refill(self, budget: int | None = None) -> None:
         """Start a new budget period (a training step, say): ``budget`` real calls from now (default: the same)."""
         if budget is not None:
+            check_number("budget", budget, NONNEGATIVE, whole=True)
             self.budget = budget
         self.real_calls = 0
 
@@ -117,15 +125,21 @@ class FidelityRouter:
         return {"estimates": {k: asdict(e) for k, e in sorted(self.estimates.items())}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`'s estimates; a malformed state is a ValueError naming the key."""
+        """Restore :meth:`state_dict`'s estimates; a malformed state is a ValueError naming the key (and
+        the field: ``calls`` a whole number up to :data:`MAX_CALLS`)."""
+        if not isinstance(state, Mapping) or not isinstance(state.get("estimates", {}), Mapping):
+            raise ValueError("router state: it and its estimates must be mappings (key: calls, total, squares)")
         estimates = {}
-        for key, value in dict(state.get("estimates", {})).items():
+        for key, value in state.get("estimates", {}).items():
+            if not isinstance(value, Mapping):
+                raise ValueError(f"router state: estimate {key!r} must be a mapping of calls, total and squares")
             try:
-                estimate = Estimate(int(value["calls"]), float(value["total"]), float(value["squares"]))
-            except (KeyError, TypeError, ValueError):
+                calls, total, squares = value["calls"], float(value["total"]), float(value["squares"])
+            except (KeyError, TypeError, ValueError, OverflowError):
                 raise ValueError(f"router state: estimate {key!r} is not calls, total and squares") from None
-            numbers = (estimate.total, estimate.squares)
-            if estimate.calls < 0 or not all(math.isfinite(x) and 0 <= x <= max(estimate.calls, 0) for x in numbers):
+            check_number(f"router state: estimate {key!r}: calls", calls, Range(0, MAX_CALLS), whole=True)
+            estimate = Estimate(int(calls), total, squares)
+            if not all(math.isfinite(x) and 0 <= x <= estimate.calls for x in (total, squares)):
                 raise ValueError(f"router state: estimate {key!r} is out of range")
             estimates[str(key)] = estimate
         self.estimates = estimates

@@ -122,6 +122,14 @@ class Suite(ABC):
     # a world's effects stay in this process (Python objects), so a world model may run one in
     # private; False for worlds on a server, whose calls reach outside (see PrivateRehearsal)
     private_worlds: bool = True
+
+    @property
+    def local_worlds(self) -> bool:
+        """Whether a world may also run the calls the policy rehearsed, at no real cost, so that under
+        dynamics that mix real and rehearsed answers it stays consistent with the episode's history
+        (docs/guides/dynamics.md). Default: :attr:`private_worlds`."""
+        return self.private_worlds
+
     # the suite's worlds bound each call themselves (a server's request timeout): the env's
     # ``limits.call_seconds`` is not applied on top
     bounds_calls: bool = False

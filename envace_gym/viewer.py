@@ -133,10 +133,7 @@ def _eval(folder: Path) -> dict:
     beside reported, partial scores marked, coverage) and the world-model rows, per world model."""
     from envace_gym.evaluation.results import EvalResults
 
-    try:
-        results = EvalResults.model_validate_json((folder / "results.json").read_text(encoding="utf-8"))
-    except ValueError as e:  # pydantic's ValidationError is one
-        raise ValueError(f"{folder / 'results.json'} is not an eval's results: {str(e).splitlines()[0]}") from None
+    results = EvalResults.read(folder / "results.json")
     shown = [b for b in results.benchmarks if b.in_overall]
     return {
         "folder": str(folder),

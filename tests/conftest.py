@@ -119,3 +119,54 @@ def smollm2_server(tmp_path_factory):
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+# --- processes left behind -------------------------------------------------------------------------
+# A test ends what it starts: once every fixture is torn down, a child of the pytest process (of each
+# xdist worker) still running is killed, named in the summary, and fails the session.
+LEFT_BEHIND: list[str] = []
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")  # the interpreter's own, ending with it
+
+
+def left_behind() -> list[str]:
+    """This process's descendants still running a few seconds on (helpers aside), killed: ``PID: COMMAND`` each."""
+    import psutil
+
+    def described(process) -> str | None:
+        try:
+            command = " ".join(process.cmdline())
+            return None if process.status() == psutil.STATUS_ZOMBIE or any(h in command for h in HELPERS) else command
+        except psutil.Error:
+            return None
+
+    found = {p: described(p) for p in psutil.Process().children(recursive=True)}
+    _, alive = psutil.wait_procs([p for p, command in found.items() if command], timeout=3)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    return [f"{p.pid}: {found[p][:200]}" for p in alive]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if not config.pluginmanager.hasplugin("dsession"):  # not xdist's controller, whose children are its workers
+        LEFT_BEHIND.extend(left_behind())
+        if hasattr(config, "workerinput"):  # an xdist worker: its controller reports them
+            config.workeroutput["left_behind"] = list(LEFT_BEHIND)
+    if LEFT_BEHIND and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    LEFT_BEHIND.extend(getattr(node, "workeroutput", {}).get("left_behind", []))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if LEFT_BEHIND:
+        terminalreporter.section("processes left behind (killed)", red=True)
+        for line in LEFT_BEHIND:
+            terminalreporter.write_line(line)

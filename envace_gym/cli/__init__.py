@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from typing import Any
+
 import typer
 
 from envace_gym.cli import envs, episodes, evaluation, training
@@ -12,10 +16,36 @@ from envace_gym.play.run import RunConfig
 from envace_gym.training.config import SFTConfig, TrainConfig
 
 
-def build_app() -> typer.Typer:
+class App(typer.Typer):
+    """The ``envace-gym`` command. SIGTERM stops any command as Ctrl-C does (KeyboardInterrupt: the same
+    cleanup, the finished records kept, temporary folders and servers removed), with exit code 143
+    (128 + SIGTERM) where Ctrl-C's is 130."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
+            return super().__call__(*args, **kwargs)
+        terminated = False
+
+        def terminate(signum: int, frame: Any) -> None:
+            nonlocal terminated
+            terminated = True
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, terminate)
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as e:
+            if terminated and e.code == 130:
+                raise SystemExit(128 + signal.SIGTERM) from None
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def build_app() -> App:
     """The command line, with the options of ``run``, ``train`` and ``sft`` built now from their
     config dataclasses' fields."""
-    app = typer.Typer(
+    app = App(
         add_completion=False,
         no_args_is_help=False,
         # click's help, not rich's panels: it wraps to the terminal (up to 120 columns; a pipe gets 80) and
@@ -42,4 +72,4 @@ def build_app() -> typer.Typer:
 #: The ``envace-gym`` command.
 app = build_app()
 
-__all__ = ["app", "build_app"]
+__all__ = ["App", "app", "build_app"]

@@ -134,6 +134,24 @@ def serve(
     max_connections: Annotated[
         int, typer.Option(help="Requests in progress at once (more are answered 503), and idle connections kept.")
     ] = 64,
+    allow_dynamics: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help=(
+                "Dynamics a client may reset with besides --dynamics, e.g. real,rehearsed (repeat or comma-separate; "
+                "replay, which answers calls from the gold, is offered only when named)."
+            )
+        ),
+    ] = None,
+    allow_fetch: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help=(
+                "A network (CIDR, e.g. 10.0.0.0/8) the web-search envs' fetch_url_content may reach besides public "
+                "addresses (repeat); loopback, private, link-local and reserved ones are refused otherwise."
+            )
+        ),
+    ] = None,
 ) -> None:
     """Serve an env over OpenEnv's wire protocol: one env per WebSocket session (/ws)."""
     with user_errors():
@@ -144,6 +162,8 @@ def serve(
         kwargs = env_kwargs(
             env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns, **user_option(user)
         )
+        if allow_fetch:
+            kwargs["allow_fetch"] = tuple(allow_fetch)
         server = EnvServer(
             env_id,
             max_sessions,
@@ -151,11 +171,12 @@ def serve(
             token=token,
             allow_origins=tuple(allow_origin or ()),
             max_connections=max_connections,
+            allow_dynamics=tuple(allow_dynamics or ()),
             **kwargs,
         )
     console.print(
         f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
-        f"at most {max_sessions} sessions · Ctrl-C stops",
+        f"dynamics {', '.join(server.dynamics)}; at most {max_sessions} sessions · Ctrl-C stops",
         soft_wrap=True,
     )
     if not is_loopback(host) and token is None:

@@ -29,15 +29,16 @@ RESUME = param(
 )
 
 
-def check_split(env_id: str, *splits: str | None) -> None:
-    """Refuse, naming the suite's splits, a split that ``env_id``'s suite does not have."""
-    suite = registration.suite(env_id).suite
-    for split in splits:
-        if split is not None and split not in suite.splits():
-            raise ValueError(
-                f"{env_id} has no split {split!r}; its splits: "
-                f"{', '.join(suite.splits()) or 'none'} (or 'all': every task)"
-            )
+def check_split(env_id: str, splits: dict[str, str | None]) -> None:
+    """Refuse, in one error, every split of ``splits`` (option -> split) that ``env_id``'s suite does not
+    have, naming the options to change and the suite's splits."""
+    have = registration.suite(env_id).suite.splits()
+    wrong = [f"{option} {split}" for option, split in splits.items() if split is not None and split not in have]
+    if wrong:
+        raise ValueError(
+            f"{env_id} has no split for {' and '.join(wrong)}; its splits: {', '.join(have) or 'none'}. "
+            f"Change {' and '.join(w.split()[0] for w in wrong)} to one of them, or to 'all' (every task)"
+        )
 
 
 def train(options: dict, resume: bool) -> None:
@@ -48,7 +49,7 @@ def train(options: dict, resume: bool) -> None:
     """
     from envace_gym.training import Trainer
 
-    config, records = fit(
+    trainer, records = fit(
         Trainer,
         TrainConfig,
         options,
@@ -58,12 +59,13 @@ def train(options: dict, resume: bool) -> None:
     )
     if records is None:
         return
+    config, reward = trainer.cfg, trainer.reward if isinstance(trainer.reward, str) else "a callable"
     for record in records:
         evaluated = f" · eval reward {_value(record['eval/reward'])}" if "eval/reward" in record else ""
         errors = f" · {record['reward_errors']} episodes left out (reward error)" if record["reward_errors"] else ""
         flat = record.get("flat_groups") and record["flat_groups"] == config.tasks_per_step
         console.print(
-            f"step {record['step']}: reward {_spread(record)}{evaluated} · "
+            f"step {record['step']}: reward ({reward}) {_spread(record)}{evaluated} · "
             f"{record['tokens_per_s']:.0f} tokens/s{errors}",
             styled(" · every group scored alike: nothing learnt", style="yellow") if flat else "",
             sep="",
@@ -79,9 +81,10 @@ def sft(options: dict, resume: bool) -> None:
     """
     from envace_gym.training import SFT
 
-    config, records = fit(SFT, SFTConfig, options, resume, "sft", lambda r: f"{r['tokens_per_s']:.0f} tokens/s")
+    trainer, records = fit(SFT, SFTConfig, options, resume, "sft", lambda r: f"{r['tokens_per_s']:.0f} tokens/s")
     if records is None:
         return
+    config = trainer.cfg
     for record in records:
         held_out = _losses(record, "eval/loss")
         console.print(
@@ -94,7 +97,7 @@ def sft(options: dict, resume: bool) -> None:
 def fit(
     trainer_class: type, config_class: type, options: dict, resume: bool, command: str, note: Callable[[dict], str]
 ) -> tuple[Any, list[dict] | None]:
-    """The config of a training command's ``options`` and the records of its training (resumed
+    """The trainer of a training command's ``options`` and the records of its training (resumed
     first if asked), with a progress bar noting ``note(record)``; None off the main process."""
     from transformers.utils import logging as transformers_logging
 
@@ -103,13 +106,14 @@ def fit(
     transformers_logging.disable_progress_bar()  # its loading bars beside the command's own
     with user_errors(CheckpointError):
         config = config_from(config_class, options, TRAINING_FIELDS)
-        check_split(config.env_id, config.split, config.eval_split)
+        held_out = {"--eval-split": config.eval_split} if config.eval_every else {}  # no evaluation, no split
+        check_split(config.env_id, {"--split": config.split} | held_out)
         trainer = trainer_class(config)
         if resume:
             trainer.resume()
         with progress(config.steps - trainer.step, f"{command} {config.env_id}", "steps") as advance:
             records = trainer.train(on_step=lambda r: advance(note(r)))
-    return config, records if trainer.policy.accelerator.is_main_process else None
+    return trainer, records if trainer.policy.accelerator.is_main_process else None
 
 
 def _value(value: float | None) -> str:
@@ -130,16 +134,20 @@ def _losses(record: dict, key: str) -> str:
 
 
 def say_where(config: TrainConfig | SFTConfig) -> None:
-    """Where the metrics and the last checkpoint went, and the command that plays it."""
+    """Where the metrics and the last checkpoint went, and the next command: ``train`` from an SFT
+    warm start, ``run`` of a trained policy."""
     from envace_gym.training.checkpoint import latest
 
     out = Path(config.out)
     console.print(f"metrics in {out / 'metrics.jsonl'} · curves in {out / 'metrics.png'}")
     last = latest(out)
     if last is not None:
-        console.print(
-            f"last checkpoint: {last}\nplay it: envace-gym run {config.env_id} --agent hf:{last}", soft_wrap=True
+        nxt = (
+            f"train it with GRPO: envace-gym train --model hf:{last} --env {config.env_id}"
+            if isinstance(config, SFTConfig)
+            else f"play it: envace-gym run {config.env_id} --agent hf:{last}"
         )
+        console.print(f"last checkpoint: {last}\n{nxt}", soft_wrap=True)
 
 
 def tiny_model_command(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -130,6 +132,28 @@ class EvalResults(BaseModel):
     failure_causes: list[FailureCause] = Field(
         default_factory=list, description="The failed episodes of every benchmark, by cause."
     )
+
+    @classmethod
+    def read(cls, path: Path) -> EvalResults:
+        """An eval's ``results.json``; ValueError naming the file and what is wrong with it, a field that
+        holds a NaN or an infinity included (no table or page can show one)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"{path} is not JSON: {e}") from None
+        stack: list[tuple[str, Any]] = [("", data)]
+        while stack:
+            where, value = stack.pop()
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{path}: {where} is {value}, not a finite number")
+            if isinstance(value, dict):
+                stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+            elif isinstance(value, list):
+                stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+        try:
+            return cls.model_validate(data)
+        except ValueError as e:  # pydantic's ValidationError is one
+            raise ValueError(f"{path} is not an eval's results: {str(e).splitlines()[0]}") from None
 
 
 def overall(benchmarks: list[BenchmarkResult]) -> float | None:

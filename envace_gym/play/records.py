@@ -10,11 +10,14 @@ import json
 import os
 import re
 import time
+import warnings
 from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+
+from envace_gym.redaction import SECRET_NAMES
 
 # text columns that pandas' own JSON reader would turn into numbers or dates (task id "5" -> 5)
 TEXT_COLUMNS = ("task_id", "env_id", "split", "agent", "dynamics", "reward_source", "ended_by", "error", "tool")
@@ -57,6 +60,11 @@ class RunRecord(BaseModel):
         description="What answered the tool calls: real, rehearsed, simulated, replay, mixed or shadow."
     )
     agent: str = Field(description="The agent's name, with its private rehearsal settings if it rehearses.")
+    agent_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The agent's keyword settings (run's --agent-kwargs), those named like a secret (a key, "
+        "token, secret or password: api_key, hf_token) left out; {} in records written before they were kept.",
+    )
     turns: int = Field(description="The episode's turns (info['turn']).")
     tool_calls: int = Field(description="The tool calls the agent made, whatever answered them.")
     ended_by: str = Field(
@@ -165,6 +173,13 @@ def write_record(file: IO[str], record: dict) -> None:
     file.flush()
 
 
+def agent_settings(kwargs: dict) -> dict:
+    """An agent's keyword settings as its run's records keep them: JSON values, sorted by name, those named
+    like a secret (one that ends as :data:`envace_gym.redaction.SECRET_NAMES` do: ``api_key``, ``token``, ...) left out."""
+    kept = {k: v for k, v in sorted(kwargs.items()) if not k.upper().endswith(SECRET_NAMES)}
+    return json.loads(json.dumps(kept, default=repr))
+
+
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
 
 
@@ -189,10 +204,44 @@ class OutputInUse(ValueError):
     """Another process holds the lock on an output."""
 
 
+_HELD_LOCKS: set[int] = set()  # the descriptors of the output locks this process holds
+
+
+def _drop_locks_in_child() -> None:
+    """In a forked child (an isolated tool call, say): the held locks' descriptors made /dev/null, so that a
+    child left running by a killed parent never keeps an output locked (a lock is its open file's, shared by
+    every process holding that file open)."""
+    if _HELD_LOCKS:
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd in _HELD_LOCKS:
+            os.dup2(null, fd)
+        os.close(null)
+        _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
+
+
+def _gone(holder: str) -> int | None:
+    """The pid a lock file names (``pid N (since ...)``) when no such process is left, else None."""
+    match = re.match(r"pid (\d+)\b", holder)
+    if match is None:
+        return None
+    try:
+        os.kill(int(match[1]), 0)
+    except ProcessLookupError:
+        return int(match[1])
+    except (OSError, OverflowError):  # alive, another user's
+        pass
+    return None
+
+
 class OutputLock:
     """An exclusive lock on an output, so that a second process given the same file (or folder) is refused
     before it writes, rather than both writing into one file. The lock is ``FILE.lock`` (a folder's is
-    ``FOLDER/.lock``), holding the holder's pid; the kernel drops it when the holder ends, however it ends.
+    ``FOLDER/.lock``), holding the holder's pid; the kernel drops it when the holder ends, however it ends,
+    and no forked child keeps it. A lock still held though the pid it names is gone (held by some other
+    descendant of a killed holder) is taken over, with a warning naming that pid.
     Use it as a context manager or with :meth:`acquire` and :meth:`release`."""
 
     def __init__(self, path: str | Path):
@@ -213,26 +262,42 @@ class OutputLock:
             except BlockingIOError:
                 held.seek(0)
                 holder = " ".join(held.read(200).split()) or "another process"
+                dead = _gone(holder)
+                if dead is not None and self._is(held):
+                    warnings.warn(
+                        f"{self.path}: its lock names pid {dead}, which has ended; taking the lock over",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                    self.file.unlink(missing_ok=True)
+                    held.close()
+                    continue
                 held.close()
                 raise OutputInUse(
                     f"{self.path} is being written by {holder}; wait for it to end, or give another --out"
                 ) from None
-            try:  # the holder before may have removed the file between our open and our lock
-                if os.stat(self.file).st_ino == os.fstat(held.fileno()).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
+            if self._is(held):  # the holder before may have removed the file between our open and our lock
+                break
             held.close()
         held.truncate(0)
         held.write(f"pid {os.getpid()} (since {time.strftime('%H:%M:%S')})")
         held.flush()
         self._held = held
+        _HELD_LOCKS.add(held.fileno())
         return self
+
+    def _is(self, opened: IO[str]) -> bool:
+        """Whether ``opened`` is still the file at the lock's path."""
+        try:
+            return os.stat(self.file).st_ino == os.fstat(opened.fileno()).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         """Drop the lock and remove its file (a no-op when not held)."""
         if self._held is None:
             return
+        _HELD_LOCKS.discard(self._held.fileno())
         self.file.unlink(missing_ok=True)
         self._held.close()
         self._held = None
@@ -320,18 +385,28 @@ def resume_records(path: str | Path, expected: dict) -> list[dict]:
             raise ValueError(
                 f"{path}:{number}: not a run record: {field} {f'is {row[field]!r:.80}' if field in row else 'missing'}"
             ) from None
-        for field in ("env_id", "split", "agent", "dynamics"):
+        for field in ("env_id", "split", "agent", "agent_kwargs", "dynamics"):
             expected.setdefault(field, record[field])
         for field, want in expected.items():
             allowed = want if isinstance(want, tuple) else (want,)
             if record[field] not in allowed and not (field == "reward_source" and record[field] is None):
                 raise ValueError(
-                    f"{path}:{number}: the record of another run: its {field} is {record[field]!r}, "
-                    f"this run's {' or '.join(map(repr, allowed))}; resume with the same settings, "
-                    "or give another --out"
+                    f"{path}:{number}: the record of another run: its {difference(field, record[field], allowed)}; "
+                    "resume with the same settings, or give another --out"
                 )
         kept.setdefault((record["task_id"], record["seed"]), record)
     return list(kept.values())
+
+
+def difference(field: str, recorded: Any, allowed: tuple) -> str:
+    """How a record's ``field`` differs from the values a run ``allowed``: ``FIELD is X, this run's Y``;
+    for settings (a dict against a dict), the first setting that differs, by name."""
+    ours = allowed[0]
+    if len(allowed) == 1 and isinstance(recorded, dict) and isinstance(ours, dict):
+        name = next(k for k in sorted({*recorded, *ours}) if recorded.get(k, ...) != ours.get(k, ...))
+        shown = [repr(d[name]) if name in d else "unset" for d in (recorded, ours)]
+        return f"{field} {name} is {shown[0]:.80}, this run's {shown[1]:.80}"
+    return f"{field} is {recorded!r:.80}, this run's {' or '.join(map(repr, allowed))}"
 
 
 #: The training curves: (title, metric keys of metrics.jsonl's rows).
@@ -346,10 +421,7 @@ TRAINING_PANELS = (
 def training_figure(metrics: list[dict], title: str = ""):
     """The curves of a training run's ``metrics.jsonl`` rows over its steps, one panel of
     :data:`TRAINING_PANELS` per group with a number: a matplotlib figure, or None without one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     def points(key: str) -> list[tuple]:
         return [(r["step"], r[key]) for r in metrics if isinstance(r.get(key), (int, float)) and "step" in r]
@@ -358,7 +430,8 @@ def training_figure(metrics: list[dict], title: str = ""):
     panels = [(name, keys) for name, keys in panels if keys]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 2.8), squeeze=False)
+    fig = Figure(figsize=(3.6 * len(panels), 2.8))  # no pyplot: the caller's backend stays as it is
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (name, keys) in zip(axes[0], panels):
         for key in keys:
             ax.plot(*zip(*points(key)), marker="o", ms=2, label=key)

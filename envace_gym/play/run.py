@@ -8,6 +8,8 @@ episode's record written to a JSONL file as it ends; ``resume`` keeps the record
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Generator
 from contextlib import closing, contextmanager
@@ -24,7 +26,7 @@ from envace_gym.config_fields import COUNT, NONNEGATIVE, SEED, SHARE, check_sett
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.play.loop import make_envs, run_batched
-from envace_gym.play.records import OutputLock, id_path, resume_records, safe_name, write_record
+from envace_gym.play.records import OutputLock, agent_settings, id_path, resume_records, safe_name, write_record
 from envace_gym.registration import resolve_env
 from envace_gym.rewards import REWARDS, SPEC_REWARDS, default_reward
 from envace_gym.routing import FidelityRouter
@@ -102,7 +104,11 @@ class RunConfig:
     gold_in_records: bool = setting(
         False, "Keep the gold's details (arguments, answers, rubrics) in each record's reward_info; never with --url."
     )
-    out: str | None = setting(None, "JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-DYNAMICS.jsonl).")
+    out: str | None = setting(
+        None,
+        "JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-DYNAMICS.jsonl; AGENT-SETTINGS-DYNAMICS.jsonl "
+        "with --agent-kwargs, SETTINGS a hash of them).",
+    )
 
     def __post_init__(self):
         check_settings(
@@ -201,9 +207,11 @@ class Run:
         self._plan(inner.task_ids, settings)
 
     def _plan(self, task_ids: list[str], settings: dict) -> None:
-        """The run's ``out``, ``episodes``, ``earlier`` records and those still ``todo``."""
+        """The run's ``out``, ``episodes``, ``earlier`` records and those still ``todo``; the agent's
+        settings (``agent_kwargs``, its secrets left out) are the run's settings too."""
         c = self.config
-        self.out = records_file(c.out, self.env_id, c.agent, c.dynamics)
+        self.agent_kwargs = settings["agent_kwargs"] = agent_settings(c.agent_kwargs)
+        self.out = records_file(c.out, self.env_id, c.agent, c.dynamics, self.agent_kwargs)
         ids = task_ids[: c.limit]
         self.task_count = len(task_ids)
         self.episodes = [(task_id, c.seed + i) for i, task_id in enumerate(t for t in ids for _ in range(c.repeats))]
@@ -286,6 +294,7 @@ class Run:
                         f"{self.earlier[0]['agent']!r}, this run's {record['agent']!r}; resume with "
                         "the same settings, or give another --out"
                     )
+                record["agent_kwargs"] = self.agent_kwargs
                 write_record(f, record)
                 yield record
 
@@ -382,10 +391,14 @@ def check_not_written(out: Path, resume: bool, overwrite: bool) -> None:
         raise ValueError(f"{out} already holds results: --resume continues them, --overwrite replaces them")
 
 
-def records_file(out: str | Path | None, env_id: str, agent: str, what: str) -> Path:
+def records_file(out: str | Path | None, env_id: str, agent: str, what: str, agent_kwargs: dict | None = None) -> Path:
     """``out``, or where a run's (or a comparison's) records go when no file is given:
-    ``runs/NAMESPACE/ENV/AGENT-WHAT.jsonl``, each name made safe (:func:`~envace_gym.play.records.safe_name`), so
-    that two envs, agents or dynamics never share a file; its folder is made."""
-    out = Path(out) if out else Path("runs") / id_path(env_id) / f"{safe_name(agent)}-{what}.jsonl"
+    ``runs/NAMESPACE/ENV/AGENT-WHAT.jsonl`` (``AGENT-SETTINGS-WHAT.jsonl`` with ``agent_kwargs``, SETTINGS 8 hex
+    digits of their hash), each name made safe (:func:`~envace_gym.play.records.safe_name`), so that two envs,
+    agents, agent settings or dynamics never share a file; its folder is made."""
+    if not out:
+        settings = f"-{hashlib.sha256(json.dumps(agent_kwargs).encode()).hexdigest()[:8]}" if agent_kwargs else ""
+        out = Path("runs") / id_path(env_id) / f"{safe_name(agent)}{settings}-{what}.jsonl"
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     return out

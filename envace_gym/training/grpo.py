@@ -30,10 +30,12 @@ def group_advantages(
     """Advantages of one group for one role.
 
     ``rewards[e]`` is episode e's reward, ``counts[e]`` its number of role-r
-    generations. Episodes with none get advantage 0.
+    generations. Episodes with none get advantage 0, and so does every episode of a group whose
+    episodes with some scored alike: a mean's rounding (0.9 thrice in float32) is no signal, and
+    divided by a standard deviation as small it would be a large one.
     """
     present = counts > 0
-    if not present.any():
+    if not present.any() or (rewards[present] == rewards[present][0]).all():
         return torch.zeros_like(rewards)
     if baseline == "episode":
         weights = present.to(rewards.dtype)

@@ -17,8 +17,11 @@ leaves it out of every environment-output loss.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 from envace_gym.agents.prompting import defused, defused_tools, render_prompt
@@ -33,10 +36,22 @@ ROW_ROLES = {"context": "context", "act": "action", "rehearse": "env_rehearsed",
 
 @dataclass
 class RoledTokens:
-    """Token ids and the role of each (one of :data:`ROLES`)."""
+    """Token ids and the role of each (one of :data:`ROLES`); ValueError naming the field where they
+    are not (each exporter checks again, so masks are never of another length than ``ids``)."""
 
     ids: list[int] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """ValueError naming the field unless there is one role of :data:`ROLES` for each id."""
+        if len(self.roles) != len(self.ids):
+            raise ValueError(f"roles has {len(self.roles)} entries for {len(self.ids)} ids; it needs one for each")
+        unknown = set(self.roles) - set(ROLES)
+        if unknown:
+            raise ValueError(f"roles holds unknown token roles {sorted(map(str, unknown))}; roles are {ROLES}")
 
     def extend(self, ids: list[int], role: str) -> None:
         if role not in ROLES:
@@ -53,8 +68,11 @@ def episode_tokens(
     ``calls[*].source``). ``opening``: how many messages the env opened with (the system prompt, a
     greeting, a recorded history: :func:`opening_length`), context whoever they name as their author. A
     message the template does not render where it renders the conversation (a template that rewrites
-    earlier turns) is left ``context``: no token gets a role it may not have."""
+    earlier turns), or a response whose id answers more than one tool message (the env gives each call an
+    id of its own; a record made otherwise may not), is left ``context``: no token gets a role it may not
+    have, and no rehearsal is ever taken for environment output."""
     clean = defused(tokenizer, messages)
+    answers = Counter(str(m.get("tool_call_id")) for m in clean if m["role"] == "tool")
     full = tokenizer.apply_chat_template(clean, tools=defused_tools(tokenizer, tools), tokenize=False)
     eos = tokenizer.eos_token or ""
     pieces: list[tuple[int, int, str]] = []  # (start, end, role) in the rendered text
@@ -73,7 +91,8 @@ def episode_tokens(
             obs = {"role": "rehearse", "messages": messages[:j], "tools": tools, "tool_call": call}
             start = len(render_prompt(tokenizer, obs)[0])
             end = start + len(m["content"]) if full.startswith(m["content"], start) else start
-            role = SOURCE_ROLES.get(sources.get(str(call["id"]), ""), "context")
+            key = str(call["id"])
+            role = SOURCE_ROLES.get(sources.get(key, ""), "context") if answers[key] == 1 else "context"
         else:
             continue
         if pieces and start < pieces[-1][1]:
@@ -96,14 +115,24 @@ def opening_length(episode) -> int:
 
 def row_tokens(ids: list[int], row_roles: list[int], role_ids: Mapping[str, int]) -> RoledTokens:
     """A rollout row (:class:`~envace_gym.training.rollout.Rollout`: ``ids``, ``roles`` as numbers of
-    ``role_ids``) in these roles (:data:`ROW_ROLES`)."""
+    ``role_ids``) in these roles (:data:`ROW_ROLES`); ValueError naming the field for a role not among them
+    or ``row_roles`` of another length than ``ids``."""
+    unknown = set(role_ids) - set(ROW_ROLES)
+    if unknown:
+        raise ValueError(f"role_ids names unknown row roles {sorted(map(str, unknown))}; they are {tuple(ROW_ROLES)}")
     names = {number: ROW_ROLES[name] for name, number in role_ids.items()}
+    strays = {r for r in row_roles if r not in names}
+    if strays:
+        raise ValueError(f"row_roles holds role numbers {sorted(map(str, strays))} that role_ids does not name")
+    if len(row_roles) != len(ids):
+        raise ValueError(f"row_roles has {len(row_roles)} entries for {len(ids)} ids; it needs one for each")
     return RoledTokens(list(ids), [names[r] for r in row_roles])
 
 
 def echo_mask(tokens: RoledTokens) -> list[int]:
     """verl-recipe echo's ``aux_token_loss_mask``: 1 on the tokens its auxiliary cross-entropy trains,
     the real environment's output, 0 elsewhere (a rehearsal included)."""
+    tokens.check()
     return [int(role == "env_output") for role in tokens.roles]
 
 
@@ -111,14 +140,22 @@ def trl_env_mask(tokens: RoledTokens, start: int = 0) -> list[int]:
     """TRL ``GRPOTrainer``'s ``env_mask`` over the completion (the tokens from ``start``): 1 on the
     policy's own tokens, actions and rehearsals, which its loss trains; 0 on what the environment, the
     user and the template wrote."""
+    tokens.check()
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(tokens.ids):
+        raise ValueError(f"start must be a whole number from 0 to {len(tokens.ids)} (the ids), got {start!r}")
     return [int(role in ("action", "env_rehearsed")) for role in tokens.roles[start:]]
 
 
 def role_weights(tokens: RoledTokens, weights: Mapping[str, float]) -> list[float]:
     """A per-token loss weight by role, for role-weighted losses (prime-rl's, verifiers'): e.g.
     ``{"action": 1.0, "env_output": 0.1}``; a role not named weighs 0, so a rehearsal is trained only
-    where ``env_rehearsed`` is given a weight of its own."""
+    where ``env_rehearsed`` is given a weight of its own. Each weight is a finite number (ValueError naming
+    the role otherwise)."""
+    tokens.check()
     unknown = set(weights) - set(ROLES)
     if unknown:
-        raise ValueError(f"unknown token roles {sorted(unknown)}; roles are {ROLES}")
+        raise ValueError(f"unknown token roles {sorted(map(str, unknown))}; roles are {ROLES}")
+    for role, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight):
+            raise ValueError(f"weights[{role!r}] must be a finite number, got {weight!r}")
     return [float(weights.get(role, 0.0)) for role in tokens.roles]

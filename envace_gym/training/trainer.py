@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from envace_gym import agents, registration
+from envace_gym.config_fields import NONNEGATIVE, check_number
 from envace_gym.dynamics import get as get_dynamics
 from envace_gym.play.compare import compare_calls
 from envace_gym.play.loop import run_episode
@@ -106,19 +108,20 @@ class Trainer(TrainingLoop):
             self.envs = envs = [gym.make(config.env_id, split=config.split, **make, **routed) for _ in range(n_envs)]
             self.task_ids = unwrap(envs[0]).task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
-        self.eval_env = gym.make(
-            config.env_id,
-            split=config.eval_split,
-            dynamics=config.eval_dynamics,
-            max_turns=config.max_turns,
-            **config.env_kwargs,
-        )
         self.step, self.cursor, self.flat_steps, self.real_calls = 0, 0, 0, 0
         self.play_settings = {
             "env_id": config.env_id,
             "max_turns": config.max_turns,
             "max_new_tokens": config.max_new_tokens,
         }
+
+    @cached_property
+    def eval_env(self) -> gym.Env:
+        """The held-out env, made at the first evaluation (none with ``eval_every=0``)."""
+        cfg = self.cfg
+        return gym.make(
+            cfg.env_id, split=cfg.eval_split, dynamics=cfg.eval_dynamics, max_turns=cfg.max_turns, **cfg.env_kwargs
+        )
 
     optimizer = property(lambda self: self.policy.optimizer)
     scheduler = property(lambda self: self.policy.scheduler)
@@ -153,7 +156,9 @@ class Trainer(TrainingLoop):
     def restore(self, state: dict) -> None:
         if self.router and state.get("router"):  # the main process's estimates (docs: adaptive)
             self.router.load_state_dict(state["router"])
-        self.real_calls = int(state.get("real_calls") or 0)
+        real_calls = state.get("real_calls") or 0
+        check_number("checkpoint state: real_calls", real_calls, NONNEGATIVE, whole=True)
+        self.real_calls = int(real_calls)
 
     def train_step(self) -> dict:
         start = time.perf_counter()

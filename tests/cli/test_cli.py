@@ -393,8 +393,19 @@ def test_compare_plot_is_readable_for_80_tools():
 def test_train_names_the_splits_of_a_suite_without_the_default_one():
     _one_line_error(
         ["train", "--model", "hf:/no/model", "--env", "EnvACE/tau2-mock-v0"],
-        "EnvACE/tau2-mock-v0 has no split 'train'",
+        "EnvACE/tau2-mock-v0 has no split for --split train and --eval-split test",
         "its splits: base",
+        "Change --split and --eval-split",
+    )
+
+
+def test_a_suite_without_splits_names_both_flags_in_one_try_and_no_evaluation_needs_no_eval_split():
+    bfcl = "EnvACE/bfcl-multi-turn-base-v0"
+    _one_line_error(
+        ["train", "--model", "hf:/no/model", "--env", bfcl], "--split train and --eval-split test", "its splits: none"
+    )
+    _one_line_error(  # without evaluation, --split alone is named
+        ["train", "--model", "hf:/no/model", "--env", bfcl, "--eval-every", "0"], "no split for --split train;"
     )
 
 

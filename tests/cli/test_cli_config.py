@@ -202,7 +202,7 @@ def test_sft_prints_its_held_out_loss_and_train_its_eval_reward(tiny, tmp_path):
     assert "held-out" not in steps[0] and "held-out loss act" in steps[1]
     result = train_tiny(tiny, tmp_path / "train", "--eval-every", "1", "--eval-tasks", "1")
     assert result.exit_code == 0, result.output
-    assert "step 1: reward" in result.output and "eval reward" in result.output
+    assert "step 1: reward (" in result.output and "eval reward" in result.output  # the reward it trains on, named
 
 
 def test_the_command_train_prints_plays_its_checkpoint_as_trained_and_shows_its_turns(tiny, tmp_path):

@@ -114,8 +114,8 @@ def test_tiny_model_then_sft_says_where_the_checkpoint_went(tmp_path):
     text = " ".join(result.output.split())
     assert (
         f"last checkpoint: {tmp_path / 'sft' / 'step-1'}" in text
-        and f"--agent hf:{tmp_path / 'sft' / 'step-1'}" in text
-    )
+        and f"train it with GRPO: envace-gym train --model hf:{tmp_path / 'sft' / 'step-1'}" in text
+    )  # an SFT warm start goes on to train, not to run
 
 
 def test_importing_a_tau2_suite_prints_no_dotenv_warning():

@@ -127,6 +127,48 @@ def test_the_gated_world_model_loss_trains_only_responses_the_policy_rehearses_b
             assert all(e.info["real_calls"] == 0 for e in episodes) and not worlds
 
 
+@pytest.mark.parametrize(
+    ("state", "field"),
+    [
+        ({"estimates": {"x": {"calls": float("inf"), "total": 0.0, "squares": 0.0}}}, "'x': calls must be a whole"),
+        ({"estimates": {"x": {"calls": 10**400, "total": 0.0, "squares": 0.0}}}, "'x': calls must be between 0"),
+        ({"estimates": {"x": {"calls": 2.0, "total": 0.0, "squares": 0.0}}}, "'x': calls must be a whole"),
+        ({"estimates": {"x": {"calls": 1, "total": 10**400, "squares": 0.0}}}, "'x' is not calls, total and squares"),
+        ({"estimates": {"x": [1, 0.5, 0.25]}}, "estimate 'x' must be a mapping"),
+        ({"estimates": [["x", {"calls": 1, "total": 1.0, "squares": 1.0}]]}, "its estimates must be mappings"),
+        ([["estimates", {}]], "its estimates must be mappings"),
+    ],
+)
+def test_a_saved_state_out_of_range_or_of_the_wrong_shape_is_refused_in_one_line(state, field):
+    router = FidelityRouter()
+    router.update("get", {}, PERFECT)
+    with pytest.raises(ValueError, match="router state") as error:
+        router.load_state_dict(state)
+    assert field in str(error.value) and "\n" not in str(error.value)
+    assert router.estimates["get()"].calls == 1  # the router is kept as it was
+
+
+@pytest.mark.parametrize("field", ["min_calls", "budget"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 2.5, -1, True])
+def test_a_nan_or_odd_budget_or_min_calls_is_refused_and_never_lifts_the_cap(field, value):
+    with pytest.raises(ValueError, match=field):
+        FidelityRouter(**{field: value})
+    with pytest.raises(ValueError, match="budget"):
+        FidelityRouter(budget=3).refill(float("nan"))
+
+
+@pytest.mark.parametrize("real_calls", [-1, float("inf"), float("nan"), 2.5])
+def test_a_checkpoint_with_negative_or_infinite_real_calls_is_refused(real_calls):
+    from envace_gym.training import Trainer
+
+    trainer = object.__new__(Trainer)  # restore reads only the router and the count: no model needed
+    trainer.router = None
+    with pytest.raises(ValueError, match="checkpoint state: real_calls"):
+        trainer.restore({"real_calls": real_calls})
+    trainer.restore({"real_calls": 7})
+    assert trainer.real_calls == 7
+
+
 def test_training_under_adaptive_dynamics_keeps_its_router_and_budget_across_resume(tiny, tmp_path):
     from envace_gym.training import TrainConfig, Trainer
 
@@ -169,3 +211,49 @@ def test_the_budget_is_never_exceeded_in_episodes():
     }
     router.refill(budget=1)
     assert run_episode(env, oracle, env.unwrapped.task_ids[0], seed=9)["real_calls"] == 1
+
+
+# tasks whose later calls read what earlier ones wrote (office: a task created, then its status updated),
+# each in an order that has a trusted write rehearsed before a real read of what it wrote
+ROUTED_TASKS = {
+    OFFICE: ["train_51", "train_67", "train_2", "train_12", "train_57", "train_59", "train_75", "train_86", "train_62"],
+    "EnvACE/tau2-retail-v0": None,
+    "EnvACE/bfcl-multi-turn-base-v0": None,
+}
+CORRUPTED = {OFFICE: "update_task_status", "EnvACE/tau2-retail-v0": "get_order_details"}
+CORRUPTED["EnvACE/bfcl-multi-turn-base-v0"] = "cd"
+
+
+def routed(env_id: str, agent_of, min_calls: int = 2) -> list[dict]:
+    """The routes of a few episodes of ``agent_of(env)`` under adaptive dynamics with no exploration."""
+    router = FidelityRouter(min_calls=min_calls, explore=0.0)
+    env = gym.make(env_id, split=None, dynamics="adaptive", router=router)
+    agent = agent_of(env)
+    task_ids = ROUTED_TASKS[env_id] or env.unwrapped.suite.task_ids()[:8]
+    return [route for i, t in enumerate(task_ids) for route in run_episode(env, agent, t, seed=i)["routes"]]
+
+
+def check_settled(routes: list[dict], min_calls: int = 2) -> None:
+    """Each key went to the world only while it had fewer than ``min_calls`` measured calls (the calls of
+    one turn are routed together), and was trusted after."""
+    assert routes
+    for route in routes:
+        expected = ("real", "uncertain") if route["calls"] < min_calls else ("rehearsed", "faithful")
+        assert (route["source"], route["reason"]) == expected, route
+
+
+@pytest.mark.parametrize("env_id", list(ROUTED_TASKS))
+def test_with_the_oracle_rehearsing_every_tool_falls_to_the_exploration_share(env_id):
+    check_settled(routed(env_id, lambda env: agents.load("oracle", env=env)))
+
+
+@pytest.mark.parametrize("env_id", list(ROUTED_TASKS))
+def test_a_tool_rehearsed_wrong_alone_goes_back_to_the_world(env_id):
+    from rehearsers import CorruptOracle
+
+    tool = CORRUPTED[env_id]
+    routes = routed(env_id, lambda env: CorruptOracle(env, tool))
+    bad = [r for r in routes if r["tool"] == tool]
+    assert len(bad) > 2 and all(r["source"] == "real" for r in bad)
+    assert {r["reason"] for r in bad if r["calls"] >= 2} == {"unfaithful"}
+    check_settled([r for r in routes if r["tool"] != tool])

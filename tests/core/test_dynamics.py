@@ -1,5 +1,6 @@
 """The dynamics registry: each entry's attributes decide what an episode under it does."""
 
+import dataclasses
 import re
 
 import gymnasium as gym
@@ -9,6 +10,8 @@ from helpers import play
 import envace_gym
 from envace_gym import agents
 from envace_gym.dynamics import DYNAMICS, Dynamics, get
+from envace_gym.response import execute
+from envace_gym.routing import FidelityRouter
 
 # the ``source`` of the calls each answerer answers
 SOURCES = {
@@ -97,3 +100,61 @@ def test_an_unknown_dynamics_is_refused():
         get(["real"])
     with pytest.raises(ValueError, match="answers must be one of"):
         Dynamics("oracle", "nobody", "actions")
+
+
+OFFICE = "EnvACE/tau2-mock-office-v0"
+WRITE_THEN_READ = ["train_57", "train_59", "train_62", "train_75", "train_86"]  # a task created, then updated
+
+
+def replayed_answer(episode, i: int) -> str:
+    """What a world that ran the episode's calls before call ``i`` answers it."""
+    call = episode.calls[i]
+    world = dataclasses.replace(episode, calls=episode.calls[:i]).replayed_world()
+    return execute(episode.suite, world, call.name, call.arguments, episode.limits).content
+
+
+def test_under_mixed_dynamics_real_calls_see_the_rehearsed_ones():
+    env = gym.make(OFFICE, split=None, dynamics="mixed", p_real=0.5)
+    oracle = agents.load("oracle", env=env)
+    after_a_rehearsed_write = 0
+    for seed in range(4):
+        for task_id in WRITE_THEN_READ:
+            play(env, oracle, task_id, seed=seed)
+            episode = env.unwrapped.episode
+            for i, call in enumerate(episode.calls):
+                if call.source == "real":
+                    assert call.world == "consistent" and call.info()["world"] == "consistent"
+                    assert call.content == replayed_answer(episode, i), (task_id, seed, call)
+                    after_a_rehearsed_write += any(c.source == "rehearsed" for c in episode.calls[:i])
+                else:
+                    assert call.world is None
+    assert after_a_rehearsed_write
+
+
+def test_a_world_that_is_not_local_skips_rehearsed_calls_and_its_drift_is_never_scored(monkeypatch):
+    router = FidelityRouter(min_calls=1, explore=0.0)
+    env = gym.make(OFFICE, split=None, dynamics="adaptive", router=router)
+    monkeypatch.setattr(env.unwrapped.suite, "private_worlds", False)  # as a server's worlds are
+    router.update("create_task", {"user_id": "u", "title": "t"}, {"leaf_match": 1.0})  # trusted: rehearsed
+    _, _, infos = play(env, agents.load("oracle", env=env), "train_57")
+    calls = [c for i in infos for c in i["tool_calls"]]
+    assert [(c["name"], c["source"], c.get("world")) for c in calls] == [
+        ("create_task", "rehearsed", None),
+        ("update_task_status", "real", "state_diverged"),
+    ]
+    assert calls[1]["error"] is not None  # the world never saw the task created
+    assert "update_task_status(status,task_id)" not in router.estimates  # nor did the router count it
+
+
+def test_a_real_fork_of_a_rehearsed_episode_runs_on_a_world_that_saw_its_calls():
+    env = gym.make(OFFICE, split=None, dynamics="rehearsed")
+    oracle = agents.load("oracle", env=env)
+    obs, _ = env.reset(seed=0, options={"task_id": "train_57"})
+    while not any(c.name == "create_task" for c in env.unwrapped.episode.calls):
+        obs, *_ = env.step(oracle.act(obs))
+    clone = env.unwrapped.fork(dynamics="real")
+    actor = oracle.bind(clone)
+    while clone.episode.calls[-1].name != "update_task_status":
+        clone.step(actor.act(clone.observation()))
+    update = clone.episode.calls[-1]
+    assert update.source == "real" and update.error is None and update.world is None

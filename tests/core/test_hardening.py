@@ -108,6 +108,20 @@ def test_bfcl_power_with_a_huge_exponent_is_cut_short_and_memory_bounded():
     assert suite.isolates("add", {"a": 10**12, "b": 1})
 
 
+def test_a_rehearsed_call_over_its_budget_fails_the_score_and_does_not_hang_it():
+    env = math_env(dynamics="rehearsed", reward="replay", limits=Limits(call_seconds=2))
+    obs, *_ = env.step(call("power", base=7, exponent=50_000_000))  # rehearsed: it first runs when scored
+    assert obs["role"] == "rehearse"
+    obs, *_ = env.step('{"result": 1}')
+    start, done = time.monotonic(), False
+    while not done:
+        obs, reward, terminated, truncated, info = env.step("Done.")
+        done = terminated or truncated
+    assert time.monotonic() - start < 15 and "error" not in info
+    assert reward == 0.0 and info["reward_info"]["error_type"] == "multi_turn:call_over_limit"
+    assert info["reward_info"]["tool"] == "power" and "time budget of 2" in info["reward_info"]["note"]
+
+
 def test_a_call_over_its_budget_leaves_the_world_as_it_was(monkeypatch):
     real_execute = Tau2World.execute
 

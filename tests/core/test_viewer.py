@@ -486,3 +486,35 @@ def test_an_evals_episodes_fit_1280_pixels_with_long_task_ids_cut_short(evaluate
     assert len(whole) > 100 and "env</th>" in page  # the whole id on hover, an env column
     fit = probe(evaluated, "tab=runs&q=&sort=&page=0&open=", "", width=1280)
     assert fit["table"]["right"] <= 1280  # every column on screen at 1280 px
+
+
+@pytest.mark.parametrize(
+    ("number", "field"),
+    [("NaN", "benchmarks[0].score is nan"), ("1e999", "benchmarks[0].score is inf"), ("-Infinity", "score is -inf")],
+)
+def test_an_eval_whose_results_hold_a_nan_or_infinity_is_refused_not_drawn(tmp_path, number, field):
+    from envace_gym.evaluation import EvalResults
+    from envace_gym.evaluation.results import BenchmarkResult
+
+    bench = BenchmarkResult(
+        name="tau2", score=50.0, parts={}, episodes=1, failed={}, skipped={}, missing=[], records=[], real_calls=0
+    )
+    results = EvalResults(
+        agent="oracle",
+        user="scripted",
+        judge=None,
+        trials=1,
+        limit=1,
+        rehearse=0,
+        benchmarks=[bench],
+        overall=50.0,
+        overall_of=["tau2"],
+        reported={},
+    )
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "results.json").write_text(results.model_dump_json().replace('"score":50.0', f'"score":{number}'))
+    out = tmp_path / "view.html"
+    result = CliRunner().invoke(app, ["view", str(folder), "--out", str(out)])
+    assert result.exit_code == 2 and not out.exists()
+    assert "results.json" in result.output and field in result.output and "not a finite number" in result.output

@@ -64,7 +64,7 @@ def as_openenv(step: list) -> dict:
 
 @pytest.mark.parametrize("env_id,task_id", CASES, ids=[c[0].split("/")[1] for c in CASES])
 def test_remote_episodes_equal_in_process_ones_under_both_dynamics_and_with_openenvs_client(env_id, task_id):
-    server = EnvServer(env_id, max_sessions=4)
+    server = EnvServer(env_id, max_sessions=4, allow_dynamics=("rehearsed",))
     with serving(server) as url:
         episodes, expected = [], []
         for dynamics in ("real", "rehearsed"):  # rehearsed: the client answers every rehearse turn
@@ -295,7 +295,7 @@ def test_a_server_that_is_not_there_is_a_connection_error_naming_it_at_once():
 
 
 def test_openenv_client_sees_capacity_reached():
-    with serving(EnvServer(MOCK, max_sessions=1)) as url:
+    with serving(EnvServer(MOCK, max_sessions=1, allow_dynamics=("rehearsed",))) as url:
         holder = RemoteEnv(url, timeout=10)
         holder.reset(seed=0)
         got = openenv_client(url, [{"reset": {"seed": 0}, "actions": []}])
@@ -318,7 +318,7 @@ def test_run_url_plays_a_served_env_with_the_records_of_an_in_process_run(tmp_pa
         )
     )
     actions = [a for r in local for a in reference(MOCK, dynamics, r["task_id"], r["seed"])[1]]
-    server = EnvServer(MOCK, reward="actions", max_sessions=2, token="s3cret-token")
+    server = EnvServer(MOCK, reward="actions", max_sessions=2, token="s3cret-token", allow_dynamics=(dynamics,))
     with serving(server) as url:
         with pytest.raises(ValueError, match="gold answers never cross the wire"):
             Run(RunConfig(None, url=url, token="s3cret-token", agent="oracle"))

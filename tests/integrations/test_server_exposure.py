@@ -518,3 +518,102 @@ def test_the_token_is_in_no_log_even_at_debug_level(caplog):
         env.step("hello")
         env.close()
     assert TOKEN not in caplog.text  # websockets logs a handshake's headers at DEBUG
+
+
+def reset_frame(url: str, **data) -> dict:
+    """The frame a fresh session answers one reset with."""
+    with connect(url.replace("http", "ws") + "/ws", open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "reset", "data": data}))
+        return json.loads(ws.recv(timeout=30))
+
+
+def test_a_server_offers_its_default_dynamics_and_those_its_operator_names_and_replay_only_when_named():
+    with serving(EnvServer(MOCK, max_sessions=1)) as url:  # a real-dynamics server
+        for data in ({"dynamics": "replay"}, {"options": {"dynamics": "replay"}}, {"dynamics": "rehearsed"}):
+            refused = reset_frame(url, seed=0, **data)
+            assert refused["type"] == "error" and refused["data"]["code"] == "VALIDATION_ERROR", data
+            assert refused["data"]["allowed_dynamics"] == ["real"] and "it offers real" in refused["data"]["message"]
+        assert reset_frame(url, seed=0, dynamics="real")["type"] == "observation"
+        with pytest.raises(ValueError, match="'replay' is not offered by this server; it offers real"):
+            RemoteEnv(url, timeout=10, dynamics="replay").reset(seed=0)
+    with serving(EnvServer(MOCK, max_sessions=1, allow_dynamics=("rehearsed,shadow",))) as url:
+        assert reset_frame(url, seed=0, dynamics="rehearsed")["type"] == "observation"
+        assert reset_frame(url, seed=0, dynamics="replay")["data"]["allowed_dynamics"] == [
+            "real",
+            "rehearsed",
+            "shadow",
+        ]
+    with pytest.raises(ValueError, match="--allow-dynamics replay"):
+        EnvServer(MOCK, dynamics="replay")
+    with pytest.raises(ValueError, match="unknown dynamics 'dreamed'"):
+        EnvServer(MOCK, allow_dynamics=("dreamed",))
+    assert EnvServer(MOCK, dynamics="replay", allow_dynamics=("replay",)).dynamics == ("replay",)
+
+
+SERP_KEY = "sk-serp-never-on-the-wire-0123456789"  # no "429" in it: bfcl-eval retries such errors for ever
+
+
+def test_a_served_web_search_episode_carries_neither_the_search_key_nor_a_loopback_page(tmp_path, monkeypatch, capfd):
+    from web_pages import MARKER, closed_port, web_pages
+
+    from envace_gym.messages import format_tool_call
+    from envace_gym.play.run import Run, RunConfig
+    from envace_gym.registration import register_suite
+    from envace_gym.suites.bfcl.web_search import WebSearchSuite
+
+    monkeypatch.setenv("SERPAPI_API_KEY", SERP_KEY)
+    suite = WebSearchSuite("web_search_base", backend="serpapi", serpapi_url=f"http://127.0.0.1:{closed_port()}")
+    register_suite("EnvACETest/web-search-exposure-v0", suite, max_turns=None)
+    with web_pages() as pages, serving(EnvServer("EnvACETest/web-search-exposure-v0", max_sessions=1)) as url:
+        actions = [
+            format_tool_call("search_engine_query", {"keywords": "who"}),  # its transport fails, quoting its URL
+            format_tool_call("fetch_url_content", {"url": f"{pages}/admin"}),
+            format_tool_call("fetch_url_content", {"url": f"{pages}/to?http://169.254.169.254/"}),
+            "{'answer': 'none', 'context': 'none'}",
+        ]
+        frames = []
+        with connect(url.replace("http", "ws") + "/ws", open_timeout=10) as ws:
+            for message in [{"type": "reset", "data": {"seed": 0}}] + [
+                {"type": "step", "data": {"text": a}} for a in actions
+            ]:
+                ws.send(json.dumps(message))
+                frames.append(ws.recv(timeout=60))
+        job = Run(RunConfig(None, url=url, agent="random", limit=1, out=str(tmp_path / "r.jsonl")))
+        job.agent = Recorded(actions)
+        (record,) = list(job)
+    assert json.loads(frames[-1])["data"]["done"] and record["tool_calls"] == 3
+    searched = json.loads(frames[1])["data"]["observation"]["messages"][-1]["content"]
+    assert "api_key=[redacted]" in searched  # the transport's error, its key taken out
+    refused = [json.loads(f)["data"]["observation"]["info"]["tool_calls"][0] for f in frames[2:4]]
+    assert [c["error"] for c in refused] == ["execution_error", "execution_error"]
+    out, err = capfd.readouterr()
+    for text in (*frames, (tmp_path / "r.jsonl").read_text(), out, err):
+        assert SERP_KEY not in text and MARKER not in text
+
+
+def test_serve_takes_the_networks_a_fetch_may_reach_and_the_dynamics_it_offers(monkeypatch):
+    from typer.testing import CliRunner
+    from web_pages import ADMIN_PAGE, web_pages
+
+    from envace_gym.cli import app
+    from envace_gym.integrations.openenv import server as server_module
+    from envace_gym.messages import format_tool_call
+
+    monkeypatch.setenv("SERPAPI_API_KEY", SERP_KEY)
+    made = []
+    monkeypatch.setattr(server_module, "run_server", lambda server, host, port: made.append(server))
+    serve = ["serve", "EnvACE/bfcl-web-search-no-snippet-v0", "--allow-fetch", "127.0.0.0/8"]
+    result = CliRunner().invoke(app, [*serve, "--allow-dynamics", "rehearsed", "--allow-dynamics", "shadow"])
+    assert result.exit_code == 0, result.output
+    (server,) = made
+    assert server.dynamics == ("real", "rehearsed", "shadow") and "dynamics real, rehearsed, shadow" in result.output
+    with web_pages() as pages, serving(server) as url:
+        env = RemoteEnv(url, timeout=60)
+        env.reset(seed=0)
+        obs, *_ = env.step(format_tool_call("fetch_url_content", {"url": f"{pages}/admin"}))
+        env.close()
+    assert json.loads(obs["messages"][-1]["content"])["content"] == ADMIN_PAGE  # the operator allowed the loopback
+    refused = CliRunner().invoke(app, ["serve", MOCK, "--dynamics", "replay"])
+    assert refused.exit_code == 2 and "--allow-dynamics replay" in refused.output
+    refused = CliRunner().invoke(app, ["serve", MOCK, "--allow-fetch", "10.0.0.0/8"])
+    assert refused.exit_code == 2 and "unexpected keyword argument 'allow_fetch'" in refused.output  # not a web env

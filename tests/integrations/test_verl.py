@@ -83,6 +83,16 @@ def test_a_non_finite_reward_leaves_its_row_out_as_the_trainer_leaves_out_a_fail
     assert c["warned"] == ["1 of 4 rows have a non-finite reward: left out (advantage 0)"], c
 
 
+@pytest.mark.parametrize("norm", [False, True])
+def test_the_estimator_is_verls_grpo_but_for_the_documented_differences(batch_checks, norm):
+    """docs/integrations/verl.md: population std against verl's sample std, 0 for a group of equal
+    rewards (float32 rounding of its mean is no signal) and for a one-sample group (verl: its reward)."""
+    c = batch_checks[f"grpo norm={norm}"]
+    assert c["groups_agree"] == [True, True], c
+    assert c["equal"] == [0.0] * 6 and c["single"] == [0.0] * 2, c
+    assert c["verl_single"] == pytest.approx([0.8 / (1 + 1e-6) if norm else 0.8] * 2), c
+
+
 @pytest.mark.parametrize(
     ("case", "message"),
     [

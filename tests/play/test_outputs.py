@@ -1,15 +1,21 @@
 """Where outputs go and who may write them: safe names, one writer per output, eval's records per env id,
 eval's errors and interruptions, and names printed as they are."""
 
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import warnings
 from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
+import psutil
 import pytest
+from paths import SUPPORT
 from typer.testing import CliRunner
 
 import envace_gym  # noqa: F401
@@ -141,6 +147,38 @@ def test_a_second_writer_is_refused_and_nothing_written_is_lost(tmp_path):
         Evaluation(EvalConfig(suites=[OFFICE], limit=1, out=str(folder)))
     holder.close()
     Evaluation(EvalConfig(suites=[OFFICE], limit=1, out=str(folder))).close()
+
+
+def test_a_run_killed_mid_call_leaves_no_child_and_no_lock(tmp_path):
+    out = tmp_path / "run.jsonl"
+    holder = subprocess.Popen([sys.executable, str(SUPPORT / "locked_call.py"), str(out)], stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"calling\n"
+    deadline = time.monotonic() + 30
+    while not (children := psutil.Process(holder.pid).children()):  # the isolated call's child
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    _, alive = psutil.wait_procs(children, timeout=5)  # it died with its parent
+    assert all(p.status() == psutil.STATUS_ZOMBIE for p in alive)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the kernel dropped the lock: nothing to take over
+        OutputLock(out).acquire().release()
+
+
+def test_a_lock_naming_an_ended_process_is_taken_over_with_a_warning(tmp_path):
+    out = tmp_path / "run.jsonl"
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(ended.stdout)
+    with open(out.with_name("run.jsonl.lock"), "a+") as stale:  # still held, as by an orphan of a killed run
+        fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        stale.write(f"pid {dead} (since 12:00:00)")
+        stale.flush()
+        with pytest.warns(RuntimeWarning, match=f"pid {dead}, which has ended"), OutputLock(out) as lock:
+            assert lock.file.read_text().startswith(f"pid {os.getpid()} ")
+        with pytest.raises(OutputInUse):  # a holder that lives is never taken over
+            with OutputLock(out), OutputLock(out):
+                pass
 
 
 def test_names_holding_markup_print_as_they_are(tmp_path):

@@ -131,3 +131,36 @@ def test_resume_under_workers_refuses_the_records_of_another_agent(done):
     assert result.exit_code == 2, result.output
     assert "its agent is 'oracle', this run's 'random'" in " ".join(result.output.split())
     assert len(rows(done)) == 3
+
+
+def test_resume_refuses_other_agent_settings_naming_the_setting(tmp_path):
+    out = tmp_path / "run.jsonl"
+    noisy = [MOCK, "--agent", "noisy-oracle", "--agent-kwargs", "p=0.5"]
+    assert run(out, *noisy, limit=2).exit_code == 0
+    assert [r["agent_kwargs"] for r in rows(out)] == [{"p": 0.5}] * 2
+    before = out.read_text()
+    for other, says in ((["--agent-kwargs", "p=0.9"], "0.9"), ([], "unset")):
+        result = run(out, MOCK, "--agent", "noisy-oracle", *other)
+        assert result.exit_code == 2, result.output
+        assert f"{out}:1: the record of another run: its agent_kwargs p is 0.5, this run's {says}" in " ".join(
+            result.output.split()
+        )
+        assert out.read_text() == before
+    assert run(out, *noisy).exit_code == 0 and len(rows(out)) == 3  # the same settings: resumed
+
+
+def test_records_keep_the_agents_settings_but_not_its_secrets(tmp_path, monkeypatch):
+    from paths import SUPPORT
+
+    from envace_gym.play.run import records_file
+
+    monkeypatch.chdir(tmp_path)  # the default records file
+    agent = f"{SUPPORT / 'user_agents.py'}:KeyedOracle"
+    given = ["--agent-kwargs", "api_key=sk-do-not-keep-1234", "--agent-kwargs", "temperature=0.5"]
+    result = runner.invoke(app, ["run", MOCK, "--agent", agent, *given, "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    (out,) = (tmp_path / "runs").rglob("*.jsonl")
+    assert out == tmp_path / records_file(None, MOCK, agent, "real", {"temperature": 0.5})
+    others = {records_file(None, MOCK, agent, "real", {"temperature": 0.7}), records_file(None, MOCK, agent, "real")}
+    assert out.relative_to(tmp_path) not in others and len(others) == 2
+    assert "sk-do-not-keep" not in out.read_text() and rows(out)[0]["agent_kwargs"] == {"temperature": 0.5}

@@ -196,6 +196,15 @@ def test_single_turn_oracle_at_bfcl_rate(category):
     assert passed >= 0.99 * len(env.unwrapped.task_ids)
 
 
+@pytest.mark.parametrize("category", ["simple_python", "multiple", "parallel", "simple_java", "format_sensitivity"])
+def test_single_turn_reward_info_names_no_error_for_a_valid_answer(category):
+    """bfcl-eval's checker says ``simple_function_checker:unclear`` of an answer it passes: reward_info
+    names no error there."""
+    env = gym.make(env_id(category))
+    reward, info, _ = play(env, agents.load("oracle", env=env), task_id=env.unwrapped.task_ids[0])
+    assert reward == 1.0 and info["reward_info"] == {"valid": True, "error_type": None, "error": []}
+
+
 HOSTILE = [
     "__import__",
     "__init__",

@@ -151,6 +151,20 @@ def test_perturbed_answers_agree_with_bfcl_checker(category):
     assert len(outcomes) >= 20 and 0.0 in outcomes and 1.0 in outcomes
 
 
+def test_answers_match_ignoring_case_and_punctuation_but_not_spaces():
+    """As docs/suites/bfcl.md says and bfcl-eval's checker does (its docstring says spaces are ignored too)."""
+    from envace_gym.suites.bfcl.agentic import final_answer
+
+    env = make("memory_kv")
+    suite = env.suite
+    task = next(suite.task(t) for t in env.task_ids if all(" " in a for a in suite.task(t).data.answers))
+    calls = [format_tool_call(c["name"], c["arguments"]) for c in suite.grader.gold_calls(task)]
+    answer = task.data.answers[0]
+    for text, expected in [(f"({answer.upper().replace(' ', ' -_')}.)", 1.0), (answer.replace(" ", ""), 0.0)]:
+        reward, info, _ = play(env, Script([*calls, final_answer(text, "reworded")]), task_id=task.id)
+        assert reward == expected == checker(final_answer(text, "reworded"), task.data.answers), (text, info)
+
+
 class Script:
     """Plays a fixed list of act actions."""
 
@@ -393,7 +407,7 @@ def test_web_search_runs_bfcl_code_against_a_loopback_serpapi(category, serpapi,
     from envace_gym.suites.bfcl.web_search import WebSearchSuite
 
     monkeypatch.setenv("SERPAPI_API_KEY", "test-key")
-    suite = WebSearchSuite(category, serpapi_url=serpapi)
+    suite = WebSearchSuite(category, serpapi_url=serpapi, allow_fetch=["127.0.0.0/8"])  # its pages are loopback ones
     assert suite.backend == "serpapi" and not suite.private_worlds
     env = make(category, suite=pickle.loads(pickle.dumps(suite)))
     task_id = env.task_ids[0]

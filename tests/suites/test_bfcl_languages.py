@@ -167,6 +167,35 @@ def test_java_and_javascript_tools_are_shown_as_bfcl_shows_them():
     assert suite.gold_calls(task)[0]["arguments"]["ids"] == "new ArrayList<>(Arrays.asList(101L, 202L, 303L))"
 
 
+DIGITS = "7" * 5000  # past int()'s 4,300-digit limit
+ARRAYS = "[" + ", ".join(["[1]"] * 40) + " x"  # bfcl-eval's JavaScript 2D-array pattern: hours to fail
+
+
+@pytest.mark.parametrize(
+    "task_id, key, value, error_type, why",
+    [
+        ("simple_java_22", "newStatus", DIGITS, "java", "ValueError"),
+        ("simple_javascript_21", "id", DIGITS, "js", "ValueError"),
+        ("simple_javascript_21", "products", ARRAYS, "js", "ran past 1.0 s"),
+    ],
+)
+def test_java_and_javascript_checkers_are_bounded_and_what_they_cannot_convert_is_wrong(
+    monkeypatch, task_id, key, value, error_type, why
+):
+    """What bfcl-eval's converters cannot read, or would take hours over: the agent's wrong answer, in seconds."""
+    monkeypatch.setattr("envace_gym.suites.bfcl.single_turn.CHECK_SECONDS", 1.0)
+    suite = category_suite(task_id.rsplit("_", 1)[0])
+    env = make_env(suite)
+    env.reset(options={"task_id": task_id})
+    (gold,) = suite.gold_calls(suite.task(task_id))  # every other argument right
+    started = time.perf_counter()
+    _, reward, terminated, _, info = env.step(format_tool_call(gold["name"], {**gold["arguments"], key: value}))
+    assert time.perf_counter() - started < 5 and terminated and "error" not in info
+    assert reward == 0.0 and info["reward_info"]["error_type"] == f"type_error:{error_type}"
+    _, parts = suite.grader.evaluate(suite.task(task_id), None, env.unwrapped.episode)
+    assert why in parts["error"][0]
+
+
 @pytest.mark.parametrize("category", [*LANGUAGES, "format_sensitivity"])
 @pytest.mark.parametrize("dynamics", ["real", "rehearsed"])
 def test_check_env_and_rehearsed_episodes(category, dynamics):
@@ -297,3 +326,54 @@ def test_format_sensitivity_evaluates_no_expression_and_bounds_its_json_decoder(
     started = time.perf_counter()
     result = fs.verdict(json_task, "[" + ",".join(["{a}"] * 40) + "x]")  # days for the regex in process
     assert result["error_type"] == "ast_decoder:decoder_failed" and time.perf_counter() - started < 5
+
+
+def test_format_sensitivity_reads_a_malformed_tool_call_block_as_written(bfcl, tmp_path):
+    """An answer in a ``<tool_call>`` block (a JSON list, XML, a tagged answer): bfcl-eval's decoder
+    finds it in the text, and the env's grader reads the same text."""
+    suite = fs.format_sensitivity_suite()
+    env = make_env(suite)
+    texts, rewards = {}, {}
+    for return_format in ("python", "json", "verbose_xml", "concise_xml"):
+        for tagged in (False, True):
+            task_id = next(t for t in env.task_ids if fs.answer_format(t) == (return_format, tagged))
+            calls = [(c["name"], c["arguments"]) for c in suite.gold_calls(suite.task(task_id))]
+            inner = fs.answer_text(calls, return_format, tagged)
+            texts[task_id] = f"<tool_call>{inner}</tool_call>"
+            rewards[task_id], _, _ = play(env, Script(texts[task_id]), task_id=task_id)
+            assert env.episode.messages[-1]["tool_calls"][0]["text"] == inner
+    reference, _ = fs_reference(bfcl, texts, tmp_path)
+    assert {t: r == 1.0 for t, r in rewards.items()} == {t: error is None for t, error in reference.items()}
+    assert sum(rewards.values()) == 7  # but Python without tags: "[<tool_call>[...]" is no Python to either
+
+
+def test_format_sensitivity_bounds_its_decoders_and_fails_huge_arithmetic(monkeypatch):
+    """Unclosed tags, answers bfcl-eval's patterns backtrack over, arithmetic too long or too large:
+    each the agent's wrong answer, decided in bounded time, never an env failure."""
+    monkeypatch.setattr(fs, "DECODE_SECONDS", 1.0)
+    suite = fs.format_sensitivity_suite()
+    env = make_env(suite)
+
+    def first(return_format, tagged=False):
+        return next(t for t in env.task_ids if fs.answer_format(t) == (return_format, tagged))
+
+    python = first("python")
+    call = suite.gold_calls(suite.task(python))[0]
+    key = sorted(call["arguments"])[0]
+    others = "".join(f"{k}={v!r}, " for k, v in call["arguments"].items() if k != key)
+    answers = [
+        (first("python", True), "<TOOLCALL>" * 30_000),
+        (first("json", True), "<TOOLCALL>" * 30_000),
+        (first("json"), "[" + ",".join(["{}"] * 16) + "}" * 40_000 + "x"),
+        (first("verbose_xml"), "<functions>" * 30_000),
+        (python, f"[{call['name']}({others}{key}={' * '.join(['999999999 ** 100'] * 200)})]"),
+        (python, f"[{call['name']}({others}{key}={' + '.join(['1'] * 1000)})]"),
+    ]
+    for task_id, text in answers:
+        started = time.perf_counter()
+        reward, info, _ = play(env, Script(text), task_id=task_id)
+        assert reward == 0.0 and info["ended_by"] == "answered", (text[:50], info)
+        assert info["reward_info"]["error_type"] == "ast_decoder:decoder_failed", info["reward_info"]
+        assert time.perf_counter() - started < 3, text[:50]
+    small = f"[{call['name']}({others}{key}={' + '.join(['1'] * 100)})]"
+    assert fs.unsafe_expression(small, False) is None  # 99 operations: evaluated as bfcl-eval does

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import psutil
 import pytest
@@ -369,7 +369,7 @@ def test_no_server_outlives_close_or_garbage_collection():
     assert gone(pids)
 
 
-def test_no_server_outlives_its_parent_killed(tmp_path):
+def test_no_server_outlives_its_parent_killed(reap):
     script = textwrap.dedent(f"""
         import json, sys, threading, time, psutil
         sys.path.insert(0, {str(SUPPORT)!r})
@@ -384,10 +384,12 @@ def test_no_server_outlives_its_parent_killed(tmp_path):
         time.sleep(600)
     """)
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    pids = json.loads(parent.stdout.readline())
-    assert len(pids) >= 4  # the guard and server of the episode and of the warm spare
-    parent.send_signal(signal.SIGKILL)
-    parent.wait()
+    try:
+        pids = [reap(pid) for pid in json.loads(parent.stdout.readline())]
+        assert len(pids) >= 4  # the guard and server of the episode and of the warm spare
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
     assert gone(pids)
 
 
@@ -406,31 +408,50 @@ def one_call_script(tool: str, then: str) -> str:
     """)
 
 
-def _orphan(env) -> int:
+@pytest.fixture
+def reap():
+    """``reap(pid)``: the test started that process (or had a server start it); it is killed at teardown
+    if it still runs, whether the test passed or not (psutil never signals a reused pid)."""
+    started: list[psutil.Process] = []
+
+    def add(pid: int) -> int:
+        with suppress(psutil.NoSuchProcess):
+            started.append(psutil.Process(pid))
+        return pid
+
+    yield add
+    for process in started:
+        with suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
+def _orphan(env, reap) -> int:
     obs, *_ = env.step(call("spawn_orphan"))
-    return json.loads(obs["messages"][-1]["content"])["pid"]
+    return reap(json.loads(obs["messages"][-1]["content"])["pid"])
 
 
-def test_a_grandchild_that_left_the_group_dies_with_the_env(tmp_path):
+def test_a_grandchild_that_left_the_group_dies_with_the_env(reap):
     env = make_mcp_env(SERVER, tasks=TASKS)
     env.reset(seed=0, options={"task_id": "pay"})
-    orphan = _orphan(env)
+    orphan = _orphan(env, reap)
     assert psutil.pid_exists(orphan)
     env.close()
     assert gone({orphan})
     env = make_mcp_env(SERVER, tasks=TASKS)
     env.reset(seed=0, options={"task_id": "pay"})
-    orphan = _orphan(env)
+    orphan = _orphan(env, reap)
     del env
     gc.collect()
     assert gone({orphan})
     parent = subprocess.Popen(
         [sys.executable, "-c", one_call_script("spawn_orphan", "time.sleep(600)")], stdout=subprocess.PIPE, text=True
     )
-    orphan = json.loads(parent.stdout.readline())["pid"]
-    assert psutil.pid_exists(orphan)
-    parent.send_signal(signal.SIGKILL)
-    parent.wait()
+    try:
+        orphan = reap(json.loads(parent.stdout.readline())["pid"])
+        assert psutil.pid_exists(orphan)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
     assert gone({orphan})
 
 

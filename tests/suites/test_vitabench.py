@@ -400,6 +400,32 @@ def test_a_malformed_or_unreachable_judge_is_a_clear_error_and_the_episode_is_ke
     assert reward == 0.0 and "127.0.0.1:9" in info["error"] and len(env.unwrapped.episode.messages) == 6
 
 
+def _one_verdict(**fields) -> str:
+    return json.dumps([{"rubric_idx": "rubric_0", "justification": "seen", "meetExpectation": True, **fields}])
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ('["' * 20_000, "40000 characters, over the 32000"),  # json_repair would take minutes on it
+        ('["' * 1_500, "over 2048 brackets and quotes"),
+        ("[" * 2_000 + "]" * 2_000, "not a list of rubric verdicts"),  # a RecursionError in the parse
+        (_one_verdict(meetExpectation="maybe"), "verdict 0 a meetExpectation of 'maybe', not a bool"),
+        (_one_verdict(meetExpectation=None), "meetExpectation of None"),
+        (_one_verdict(justification=None), "justification of None, not a str"),
+        (_one_verdict(rubric_idx=["rubric_0"]), "rubric_idx of ['rubric_0'], not a str"),
+    ],
+)
+def test_a_huge_deep_or_ill_typed_judgement_is_malformed_naming_the_judge(server, recorded, reply, why):
+    from envace_gym.suites.vitabench.reward import VitaBenchReward
+
+    url, _ = server
+    FakeChatServer.replies = [{"role": "assistant", "content": reply}]
+    value, parts = VitaBenchReward("judge", url)(recorded)
+    assert value == 0.0 and parts["error"]["code"] == "malformed_judgement", parts
+    assert parts["error"]["message"].startswith(f"judge judge@{url}: its reply to window 1 ") and why in str(parts)
+
+
 def test_a_structured_judge_is_sent_vitabench_reply_format_as_a_json_schema(server, recorded):
     from envace_gym.rewards import resolve_reward
     from envace_gym.suites.vitabench.source import judge_options

@@ -97,7 +97,8 @@ class Bank:
         return {"pid": os.getpid()}
 
     def spawn_orphan(self) -> dict:
-        """Start a sleeping grandchild in a session of its own (out of the guard's process group)."""
+        """Start a sleeping grandchild in a session of its own (out of the guard's process group); its pid,
+        for the test to kill should the guard miss it."""
         child = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(600)"],
             start_new_session=True,

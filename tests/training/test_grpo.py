@@ -32,6 +32,23 @@ def test_scaled_advantages_divide_by_the_subset_std():
         group_advantages(rewards, counts, "median")
 
 
+@pytest.mark.parametrize("scale", [False, True])
+@pytest.mark.parametrize("baseline", ["episode", "row"])
+@pytest.mark.parametrize("reward", [0.9, 0.7, 1 / 3])
+@pytest.mark.parametrize("size", [3, 5, 8])
+def test_a_group_of_equal_rewards_gets_exactly_zero(size, reward, baseline, scale):
+    """Before: three episodes of 0.9 each got +0.056 with the std division, the float32 rounding of their
+    mean over a near-zero std."""
+    rewards, counts = torch.full((size,), reward), torch.arange(1, size + 1)
+    assert group_advantages(rewards, counts, baseline, scale).tolist() == [0.0] * size
+    away = torch.cat([rewards, torch.tensor([0.0])]), torch.cat([counts, torch.tensor([0])])  # the last: no role
+    assert group_advantages(*away, baseline, scale).tolist() == [0.0] * (size + 1)
+    roles = torch.full((size, 2), ROLE_IDS["act"])
+    generations = {"act": torch.ones(size, dtype=torch.long), "rehearse": torch.zeros(size, dtype=torch.long)}
+    tokens = token_advantages(rewards, torch.zeros(size, dtype=torch.long), roles, generations, baseline, scale)
+    assert tokens.eq(0).all()
+
+
 def test_token_advantages_broadcast_per_role_and_group():
     rewards = torch.tensor([1.0, 0.0, 1.0, 3.0])
     groups = torch.tensor([0, 0, 1, 1])

@@ -1,5 +1,8 @@
 """Learning, not just running: on EnvACE/tau2-mock-gen-v0 a tiny model learns to call tools from
-gold episodes (SFT), and GRPO under rehearsed dynamics raises its training reward."""
+gold episodes (SFT), and GRPO under rehearsed dynamics raises its training reward. On
+EnvACE/plan-choice-v0, whose optimum is known, a warm start that picks the rewarded plan about half the
+time must learn to pick it nine times in ten: through `train` (the project's GRPO) and through TRL's
+GRPOTrainer (the project's TRL integration)."""
 
 import statistics
 
@@ -8,8 +11,11 @@ import pytest
 import torch
 
 import envace_gym  # noqa: F401
+from envace_gym import agents
 from envace_gym.agents.hf import HFAgent
 from envace_gym.fixtures import tiny_model
+from envace_gym.play.loop import run_episodes
+from envace_gym.play.records import write_record
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.checkpoint import latest
 from envace_gym.training.evaluation import held_out
@@ -78,3 +84,58 @@ def test_sft_then_grpo_learn(model, tmp_path):
     rewards = [record["reward"] for record in grpo.train()]
     print(f"GRPO training reward by step: {rewards}")
     assert statistics.fmean(rewards[1:]) > rewards[0]
+
+
+PLAN = "EnvACE/plan-choice-v0"
+PLAN_TOKENS, PLAN_TURNS = 24, 3
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread: the machine's cores are shared, and two threads that wait on each other are slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def plan_warm(tmp_path_factory, one_thread):
+    """A tiny model SFT-trained on the noisy oracle's episodes of the train split, half of which take the
+    wrong plan (``p=0.5``): a warm start that writes valid calls and picks either plan."""
+    folder = tmp_path_factory.mktemp("plan-choice")
+    model = tiny_model(folder / "init", env_id=PLAN)
+    env = gym.make(PLAN, split="train", dynamics="real", max_turns=PLAN_TURNS)
+    noisy = agents.load("noisy-oracle", env=env, p=0.5, seed=0)
+    episodes = folder / "noisy.jsonl"
+    with episodes.open("w") as f:
+        for record in run_episodes(env, noisy, env.unwrapped.task_ids, repeats=4):
+            write_record(f, record)
+    sft = SFT(
+        SFTConfig(
+            model=f"hf:{model}",
+            env_id=PLAN,
+            source=str(episodes),
+            out=str(folder / "sft"),
+            steps=SFT_STEPS,
+            batch=8,
+            minibatch=8,
+            lr=3e-3,
+            save_every=0,
+            tensorboard=False,
+        )
+    )
+    sft.train()
+    return latest(folder / "sft")
+
+
+def rewarded_share(model, tokenizer, episodes: int = 64, seed: int = 1) -> float:
+    """The share of sampled episodes (temperature 1, as training samples) on the held-out tasks that
+    take the rewarded plan, in the real env."""
+    envs = [gym.make(PLAN, split="test", dynamics="real", max_turns=PLAN_TURNS) for _ in range(16)]
+    agent = HFAgent(
+        "plan", model=model, tokenizer=tokenizer, max_new_tokens=PLAN_TOKENS, temperature=1.0, seed=seed, batch_size=16
+    )
+    tasks = envs[0].unwrapped.task_ids
+    records = list(run_episodes(envs, agent, tasks, seed=seed, repeats=episodes // len(tasks)))
+    return statistics.fmean(r["reward"] for r in records)

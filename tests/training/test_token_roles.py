@@ -10,6 +10,7 @@ from envace_gym.training.grpo import ROLE_IDS
 from envace_gym.training.token_roles import (
     ROLES,
     SOURCE_ROLES,
+    RoledTokens,
     echo_mask,
     episode_tokens,
     opening_length,
@@ -90,3 +91,64 @@ def test_a_training_rows_roles_in_the_same_vocabulary():
     tokens = row_tokens([1, 2, 3, 4, 5], roles, ROLE_IDS)
     assert tokens.roles == ["context", "action", "context", "env_rehearsed", "env_output"]
     assert echo_mask(tokens) == [0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: RoledTokens([1, 2, 3], ["action", "action"]), "roles has 2 entries for 3 ids"),
+        (lambda: RoledTokens([1], ["action", "context"]), "roles has 2 entries for 1 ids"),
+        (lambda: RoledTokens([1], ["actor"]), "roles holds unknown token roles ['actor']"),
+        (lambda: row_tokens([1, 2], [ROLE_IDS["act"]], ROLE_IDS), "row_roles has 1 entries for 2 ids"),
+        (lambda: row_tokens([1], [99], ROLE_IDS), "row_roles holds role numbers ['99']"),
+        (lambda: row_tokens([1], [0], {"actor": 0}), "role_ids names unknown row roles ['actor']"),
+        (lambda: role_weights(RoledTokens([1], ["action"]), {"action": float("nan")}), "weights['action']"),
+        (lambda: role_weights(RoledTokens([1], ["action"]), {"action": "1"}), "weights['action']"),
+        (lambda: trl_env_mask(RoledTokens([1], ["action"]), start=2), "start must be a whole number from 0 to 1"),
+    ],
+)
+def test_mismatched_or_unknown_roles_and_bad_weights_are_refused_naming_the_field(make, field):
+    with pytest.raises(ValueError) as error:
+        make()
+    assert field in str(error.value)
+
+
+def test_tokens_changed_after_they_were_made_are_checked_by_each_exporter():
+    tokens = RoledTokens([1, 2], ["action", "env_output"])
+    tokens.roles.pop()
+    for export in (echo_mask, trl_env_mask, lambda t: role_weights(t, {"action": 1.0})):
+        with pytest.raises(ValueError, match="roles has 1 entries for 2 ids"):
+            export(tokens)
+
+
+def reused_id_call(order_id: str) -> dict:
+    """An assistant action whose one tool call carries the id ``same``, whatever the turn."""
+    call = {"id": "same", "type": "function", "function": {"name": "get_order_details", "arguments": {}}}
+    call["function"]["arguments"]["order_id"] = order_id
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+def test_a_policy_that_reuses_a_call_id_never_gets_a_rehearsal_exported_as_env_output(tiny):
+    from envace_gym.routing import FidelityRouter
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    router = FidelityRouter(min_calls=1, explore=0.0)  # the first call goes to the world, the second is trusted
+    env = gym.make("EnvACE/tau2-retail-v0", dynamics="adaptive", router=router)
+    env.reset(seed=0, options={"task_id": "5"})
+    oracle = agents.load("oracle", env=env)
+    for order_id in ("#W2378156", "#W2378157"):
+        obs, *_ = env.step(reused_id_call(order_id))
+        obs, *_ = env.step(oracle.act(obs))  # a rehearse turn: the second call is rehearsed, the first shadowed
+    episode = env.unwrapped.episode
+    assert [c.source for c in episode.calls] == ["real", "rehearsed"]
+    assert len({c.id for c in episode.calls}) == 2  # the env gave the reused id a new one
+    assert [m["tool_call_id"] for m in episode.messages if m["role"] == "tool"] == [c.id for c in episode.calls]
+    sources = {c.id: c.source for c in episode.calls}
+    opening = opening_length(episode)
+    roles = [role for role, _ in spans(episode_tokens(tok, episode.messages, obs["tools"], sources, opening), tok)]
+    assert roles.count("env_output") == 1 and roles.count("env_rehearsed") == 1
+    assert roles.index("env_output") < roles.index("env_rehearsed")
+    # a record with one id on both responses (made elsewhere): neither is taken for the environment's output
+    same = [{**m, "tool_call_id": "same"} if m["role"] == "tool" else m for m in episode.messages]
+    roles = [role for role, _ in spans(episode_tokens(tok, same, obs["tools"], {"same": "real"}, opening), tok)]
+    assert "env_output" not in roles and "env_rehearsed" not in roles

@@ -7,7 +7,10 @@ protocol is the contract; ``tests/test_openenv.py`` checks it with OpenEnv's own
 Routes: ``/ws`` (the stateful path: ``reset``, ``step``, ``state``, ``mcp`` and ``close``
 messages), ``GET /health``, ``/metadata``, ``/schema``, ``/capacity``, ``POST /mcp``
 (JSON-RPC ``tools/list``) and, beyond OpenEnv's routes, ``GET /tasks``
-(:class:`~envace_gym.integrations.openenv.replies.ServedTasks`). An observation's fields are ``role``,
+(:class:`~envace_gym.integrations.openenv.replies.ServedTasks`). A client may ``reset`` with the dynamics
+the server offers only: its default, and those the operator names (``allow_dynamics``); ``replay``, which
+answers calls from the gold recordings, only when named. Every frame is sent with its secrets redacted
+(:func:`~envace_gym.redaction.redact`). An observation's fields are ``role``,
 ``messages``, ``tools`` and ``tool_call`` as in-process, ``terminated`` and ``truncated``, and ``info``
 (the step's ``info`` dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` are OpenEnv's.
 
@@ -36,9 +39,11 @@ from fastapi import FastAPI, Request, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketDisconnect
 
+from envace_gym import dynamics as dynamics_registry
 from envace_gym.grader import without_gold
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
 from envace_gym.integrations.openenv.replies import ServedTasks
+from envace_gym.redaction import redact
 from envace_gym.wrappers import unwrap
 
 PROTOCOL = "0.10"
@@ -178,7 +183,9 @@ class EnvServer:
     ``token``: a shared secret every request but ``/health`` must carry; ``allow_origins``: browser
     origins allowed besides loopback ones (``*``: any); at most ``max_connections`` requests are in
     progress at once (past it, 503), and as many connections wait for a request (past it, the longest
-    waiting is closed), so that connections that send nothing keep no client out."""
+    waiting is closed), so that connections that send nothing keep no client out. ``allow_dynamics``: the
+    dynamics a client may reset with besides the default one (``make_kwargs["dynamics"]``, else ``real``);
+    ``replay`` is offered only when named here, even as the default."""
 
     def __init__(
         self,
@@ -189,6 +196,7 @@ class EnvServer:
         token: str | None = None,
         allow_origins: tuple[str, ...] = (),
         max_connections: int = 64,
+        allow_dynamics: tuple[str, ...] = (),
         **make_kwargs: Any,
     ):
         if max_sessions < 1:
@@ -204,6 +212,7 @@ class EnvServer:
         self.max_message_bytes, self.protocol = max_message_bytes, PROTOCOL
         self.token, self.allow_origins = token, tuple(o.rstrip("/") for o in allow_origins)
         self.max_connections = max_connections
+        self.dynamics = offered_dynamics(make_kwargs.get("dynamics", "real"), allow_dynamics)
         self.catalog = gym.make(env_id, **make_kwargs)  # fails now on a bad id or option; serves POST /mcp
         self.sessions: dict[str, Session] = {}
         self._reserved = 0  # slots taken by sessions whose env is being made
@@ -240,7 +249,8 @@ class EnvServer:
         try:
             env = await self._run(gym.make, self.env_id, **self.make_kwargs)
         except Exception as e:
-            await websocket.send_json(error(f"{type(e).__name__}: {e}", "FACTORY_ERROR", factory_name=self.env_id))
+            why = redact(f"{type(e).__name__}: {e}")
+            await websocket.send_json(error(why, "FACTORY_ERROR", factory_name=self.env_id))
             await websocket.close()
             return
         finally:
@@ -263,7 +273,7 @@ class EnvServer:
                 session.busy, session.last_active = False, time.monotonic()
                 if reply is None:
                     break
-                await websocket.send_text(reply)
+                await websocket.send_text(redact(reply))  # nothing the env or a tool wrote carries a secret out
         except (WebSocketDisconnect, asyncio.CancelledError, RuntimeError):
             pass  # the client left, or the reaper closed an idle session
         finally:
@@ -308,7 +318,7 @@ class EnvServer:
             return error("'data' must be a JSON object", "VALIDATION_ERROR")
         try:
             if kind == "reset":
-                return await self._run(self._reset, session, data)
+                return self._refused_dynamics(data) or await self._run(self._reset, session, data)
             if kind == "step":
                 return await self._run(self._step, session, EnvACEAction.model_validate(data))
             if kind == "mcp":
@@ -318,6 +328,19 @@ class EnvServer:
             return error("Invalid message", "VALIDATION_ERROR", errors=jsonable(e.errors()))
         except (ValueError, TypeError, RuntimeError) as e:  # an unknown task or dynamics, a step after the end
             return error(str(e), "EXECUTION_ERROR")
+
+    def _refused_dynamics(self, data: dict) -> dict | None:
+        """The error frame of a reset asking for dynamics this server does not offer (None: it may)."""
+        options = data.get("options")
+        asked = data.get("dynamics", options.get("dynamics") if isinstance(options, dict) else None)
+        if asked is None or (isinstance(asked, str) and asked in self.dynamics):
+            return None
+        return error(
+            f"dynamics {str(asked)[:100]!r} is not offered by this server; it offers {', '.join(self.dynamics)} "
+            "(its operator allows others with --allow-dynamics)",
+            "VALIDATION_ERROR",
+            allowed_dynamics=list(self.dynamics),
+        )
 
     @staticmethod
     def _reset(session: Session, data: dict) -> str:
@@ -434,6 +457,20 @@ class EnvServer:
             return rpc(message, self.catalog)
 
         return app
+
+
+def offered_dynamics(default: str, allow: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """The dynamics a server offers: ``default``, then each of ``allow`` (names, or comma-separated lists of
+    them), each checked; ``replay`` only when ``allow`` names it, since it answers calls from the gold."""
+    named = [n.strip() for item in allow for n in item.split(",") if n.strip()]
+    for name in (default, *named):
+        dynamics_registry.get(name)
+    if default == "replay" and "replay" not in named:
+        raise ValueError(
+            "serving replay dynamics answers any call from the gold recordings: name it in allow_dynamics "
+            "(--allow-dynamics replay) to serve it"
+        )
+    return tuple(dict.fromkeys((default, *named)))
 
 
 def uvicorn_config(server: EnvServer, host: str, port: int):

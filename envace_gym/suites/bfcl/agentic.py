@@ -2,7 +2,7 @@
 
 One episode is one entry: the agent calls tools until it answers without a call,
 and that answer is scored by bfcl-eval's ``agentic_checker`` (one of the possible
-answers must appear in it, ignoring case, spaces and some punctuation), as
+answers must appear in it, ignoring case and some punctuation, not spaces), as
 bfcl-eval scores the last message of an entry that is not a call.
 :mod:`~envace_gym.suites.bfcl.memory` and :mod:`~envace_gym.suites.bfcl.web_search` give
 the worlds, and each its categories' suites (``category_suite``).

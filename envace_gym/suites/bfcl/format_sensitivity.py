@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -26,7 +27,7 @@ from envace_gym.suites.bfcl import categories, source  # source first: it points
 # isort: split
 from bfcl_eval.constants.enums import Language, ReturnFormat
 from bfcl_eval.model_handler.utils import (
-    default_decode_ast_prompting,
+    ast_parse,
     parse_prompt_variation_params,
     system_prompt_pre_processing_chat_model,
 )
@@ -41,17 +42,30 @@ from bfcl_eval.utils import (
 from envace_gym.episode import Episode, Task
 from envace_gym.grader import Grader
 from envace_gym.limits import BudgetExceeded, run_isolated
-from envace_gym.messages import format_tool_call
+from envace_gym.messages import CLOSE_CALL, OPEN_CALL, format_tool_call
 from envace_gym.suite import World
-from envace_gym.suites.bfcl.single_turn import CHECKER_MODEL, NO_TOOL, NoBackend, SingleTurnSuite, _first_choices
+from envace_gym.suites.bfcl.single_turn import (
+    CHECKER_MODEL,
+    NO_TOOL,
+    NoBackend,
+    SingleTurnSuite,
+    _first_choices,
+    checker_info,
+)
 from envace_gym.tools import ToolSet
 
 CATEGORY = categories.FORMAT_SENSITIVITY
 NO_TOOLS = ToolSet([])
-# bfcl-eval's JSON decoder searches with a regular expression that backtracks exponentially in the
-# answer's braces: an answer with more than this many is decoded in a child process, bounded
-BRACES_IN_PROCESS = 16
+# bfcl-eval's decoders search with regular expressions that backtrack: its JSON one exponentially in
+# the objects after commas, and both its JSON and XML ones quadratically in opening brackets or tags.
+# An answer whose bound on their steps is over this is decoded in a child process, bounded
+DECODE_STEPS = 200_000
 DECODE_SECONDS, DECODE_MEMORY = 10.0, 1 << 30
+OBJECT_AFTER_COMMA = re.compile(r",\s*\{")
+OPEN_TAG, CLOSE_TAG = "<TOOLCALL>", "</TOOLCALL>"
+# bfcl-eval evaluates arithmetic in Python answers: at most this many operations, and a value of at most
+# this many bits (a larger one, an int over 4,300 digits, is one its checker cannot even print)
+MAX_OPERATIONS, MAX_BITS = 100, 4096
 XML_TYPES = {
     bool: "boolean",
     int: "integer",
@@ -94,35 +108,84 @@ def _number(node: ast.AST) -> int | float | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) else None
 
 
-def _arithmetic(node: ast.AST) -> bool:
-    """Whether a Python expression is small arithmetic on literals (bfcl-eval ``eval``s each binary operation)."""
-    if (isinstance(node, ast.Constant) and isinstance(node.value, str)) or _number(node) is not None:
-        return True
+def _bits(node: ast.AST) -> float | None:
+    """A bound on the bits of the value of small arithmetic on literals (0 for a string), None for any
+    other expression (bfcl-eval ``eval``s each binary operation)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return 0.0
+    if (value := _number(node)) is not None:
+        return math.log2(abs(value) + 1)
     if not isinstance(node, ast.BinOp):
-        return False
+        return None
     if isinstance(node.op, ast.Pow):  # a literal base and a small literal exponent
         base, exponent = _number(node.left), _number(node.right)
-        return base is not None and exponent is not None and abs(base) <= 10**9 and abs(exponent) <= 100
+        if base is None or exponent is None or abs(base) > 10**9 or abs(exponent) > 100:
+            return None
+        return abs(exponent) * math.log2(abs(base) + 1)
     strings = any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in (node.left, node.right))
     numeric = isinstance(node.op, (ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)) and not strings
-    return (isinstance(node.op, ast.Add) or numeric) and _arithmetic(node.left) and _arithmetic(node.right)
+    if not (isinstance(node.op, ast.Add) or numeric):
+        return None
+    left, right = _bits(node.left), _bits(node.right)
+    return None if left is None or right is None else left + right + 1  # a sum, product, int quotient, remainder
+
+
+def _arithmetic(node: ast.AST) -> bool:
+    """Whether a Python expression is small arithmetic on literals, its value at most ``MAX_BITS`` bits."""
+    bits = _bits(node)
+    return bits is not None and bits <= MAX_BITS
+
+
+def _tagged_body(text: str) -> str | None:
+    """What the first ``<TOOLCALL>`` tag closed after it holds, as bfcl-eval's lazy pattern finds it,
+    in one scan (the pattern takes quadratic time over unclosed tags); None without one."""
+    start = text.find(OPEN_TAG)
+    end = -1 if start == -1 else text.find(CLOSE_TAG, start + len(OPEN_TAG))
+    return None if end == -1 else text[start + len(OPEN_TAG) : end]
+
+
+def decoder_input(text: str, tagged: bool) -> str | None:
+    """The text bfcl-eval's decoder for a format parses (None where it finds no ``<TOOLCALL>`` tag):
+    the answer stripped, in brackets, then what its tag holds."""
+    text = text.strip("`\n ")
+    text = ("" if text.startswith("[") else "[") + text + ("" if text.endswith("]") else "]")
+    if not tagged:
+        return text
+    body = _tagged_body(text)
+    return None if body is None else body.strip()
 
 
 def unsafe_expression(text: str, tagged: bool) -> str | None:
-    """The first binary operation in a Python-form answer that is not small arithmetic on literals,
-    found as bfcl-eval's decoder finds the expression; None if there is none."""
-    text = text.strip("`\n ")
-    text = ("" if text.startswith("[") else "[") + text + ("" if text.endswith("]") else "]")
-    if tagged:
-        match = re.search(r"<TOOLCALL>(.*?)</TOOLCALL>", text, re.DOTALL)
-        if not match:
-            return None
-        text = match.group(1).strip()
+    """The first binary operation in a Python-form answer that is not small arithmetic on literals
+    (all of it past ``MAX_OPERATIONS`` operations), found as bfcl-eval's decoder finds the expression;
+    None if there is none."""
+    body = decoder_input(text, tagged)
+    if body is None:
+        return None
+    body = body.strip().strip("'")
     try:
-        tree = ast.parse(text.strip().strip("'"), mode="eval")
+        tree = ast.parse(body, mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None  # bfcl-eval's decoder fails on it before it evaluates anything
-    return next((ast.unparse(n)[:200] for n in ast.walk(tree) if isinstance(n, ast.BinOp) and not _arithmetic(n)), None)
+    operations = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
+    try:
+        too_many = len(operations) > MAX_OPERATIONS
+        unsafe = operations[0] if too_many else next((n for n in operations if not _arithmetic(n)), None)
+    except RecursionError:  # a deep chain of signs
+        unsafe = operations[0]
+    return None if unsafe is None else (ast.get_source_segment(body, unsafe) or "")[:200]
+
+
+def decode_steps(text: str, return_format: str) -> int:
+    """A bound on the steps bfcl-eval's regular expressions take on a decoder's input: its JSON
+    decoder's tries each ``[``, then for each of those each subset of the objects after commas, each
+    over the text; its XML decoders' each ``<functions>`` tag."""
+    if return_format == "json":
+        objects = sum(1 for _ in OBJECT_AFTER_COMMA.finditer(text))
+        return (text.count("[") + 1) * len(text) << min(objects, 64)
+    if return_format.endswith("xml"):
+        return (text.count("<functions>") + 1) * len(text)
+    return 0
 
 
 def verdict(task_id: str, text: str) -> dict:
@@ -131,11 +194,14 @@ def verdict(task_id: str, text: str) -> dict:
     entry, truth = cases()[task_id]
     return_format, tagged = answer_format(task_id)
     failed = {"valid": False, "error_type": "ast_decoder:decoder_failed"}
+    body = decoder_input(text, tagged)
+    if body is None:
+        return failed | {"error": [f"Invalid syntax. Failed to decode AST. No {OPEN_TAG} tag found."]}
     if return_format == "python" and (expression := unsafe_expression(text, tagged)):
-        return failed | {"error": [f"envace-gym does not evaluate the expression {expression!r}"]}
-    decode = partial(default_decode_ast_prompting, text, ReturnFormat(return_format), tagged)
+        return failed | {"error": [f"envace-gym evaluates only small arithmetic on literals, not {expression!r}"]}
+    decode = partial(ast_parse, body, ReturnFormat(return_format))
     try:
-        if return_format == "json" and text.count("{") > BRACES_IN_PROCESS:
+        if decode_steps(body, return_format) > DECODE_STEPS:
             decoded = run_isolated(decode, DECODE_SECONDS, DECODE_MEMORY)
         else:
             decoded = decode()
@@ -148,7 +214,7 @@ def verdict(task_id: str, text: str) -> dict:
     result = source.ast_checker()(
         entry["function"], decoded, truth, Language.PYTHON, task_id.split(":")[-1], CHECKER_MODEL
     )
-    return {"valid": result["valid"], "error_type": result.get("error_type"), "error": result.get("error", [])[:3]}
+    return checker_info(result)
 
 
 def _xml_value(value: Any) -> str:
@@ -210,10 +276,15 @@ class FormatSensitivityGrader(Grader):
 
     def evaluate(self, task: Task, world: World, episode: Episode) -> tuple[float, dict]:
         """The verdict on the agent's text. The env takes ``<tool_call>`` blocks (not a format asked
-        for) out of it: they go back, at its end, for the decoder to read as bfcl-eval's would."""
+        for) out of it: they go back, at its end, for the decoder to read as bfcl-eval's would, a
+        malformed one as the agent wrote it."""
         message: dict = next((m for m in reversed(episode.messages) if m["role"] == "assistant"), {})
-        calls = [c["function"] for c in message.get("tool_calls") or []]
-        text = (message.get("content") or "") + "".join(format_tool_call(c["name"], c["arguments"]) for c in calls)
+        text = (message.get("content") or "") + "".join(
+            f"{OPEN_CALL}{c['text']}{CLOSE_CALL}"
+            if "text" in c
+            else format_tool_call(c["function"]["name"], c["function"]["arguments"])
+            for c in message.get("tool_calls") or []
+        )
         result = verdict(task.id, text)
         return float(result["valid"]), result
 

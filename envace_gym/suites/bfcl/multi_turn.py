@@ -32,8 +32,9 @@ from bfcl_eval.constants.default_prompts import (
 from envace_gym.episode import CallRecord, Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
+from envace_gym.limits import Limits
 from envace_gym.messages import format_tool_call
-from envace_gym.response import DumpedJSON, Response
+from envace_gym.response import DumpedJSON, Response, execute
 from envace_gym.state import deep_copy
 from envace_gym.suite import Suite, User, UserReply, World
 from envace_gym.suites.bfcl import categories, source
@@ -115,6 +116,23 @@ class BFCLWorld(World):
 
     def fork(self) -> BFCLWorld:
         return BFCLWorld(copy.deepcopy(self.instances), self.owners)
+
+
+class OverLimit(Exception):
+    """A call that the scorer ran past the episode's limits."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name
+
+
+def scored_result(suite: Suite, world: BFCLWorld, name: str, arguments: dict, limits: Limits) -> str:
+    """A call's native text as bfcl-eval's checker compares it, run within ``limits`` as the episode's calls
+    are; :class:`OverLimit` when it runs past them."""
+    response = execute(suite, world, name, arguments, limits)
+    if response.error is not None and response.error.code == ErrorCode.LIMIT_EXCEEDED:
+        raise OverLimit(name, response.error.message)
+    return response.native
 
 
 def state_differences(model: BFCLWorld, gold: BFCLWorld) -> dict[str, list[str]]:
@@ -339,7 +357,8 @@ class MultiTurnGrader(Grader):
         the turn must hold a call, every public attribute of every instance must
         equal the ground truth's, and each ground-truth result must be among the
         episode's results so far. A call rejected by validation changes no state and
-        adds its error to the results.
+        adds its error to the results. Every call runs within the episode's limits: one
+        that runs past them (a call the agent only rehearsed, say) fails the episode.
         """
         entry: Entry = task.data
         turns = self.turn_calls(episode)
@@ -353,13 +372,22 @@ class MultiTurnGrader(Grader):
         model, gold = self.suite.new_world(task), self.suite.new_world(task)
         results: list[str] = []
         for index, (calls, gold_calls) in enumerate(zip(turns, entry.gold)):
-            for call in calls:
-                results.append(
-                    model.execute(call.name, call.arguments).native
-                    if call.ran
-                    else f"Error during execution: {call.content}"
-                )
-            gold_results = [gold.execute(c.name, c.arguments).native for c in gold_calls]
+            try:
+                for call in calls:
+                    results.append(
+                        scored_result(self.suite, model, call.name, call.arguments, episode.limits)
+                        if call.ran
+                        else f"Error during execution: {call.content}"
+                    )
+            except OverLimit as e:
+                return 0.0, {
+                    "valid": False,
+                    "turn": index,
+                    "error_type": "multi_turn:call_over_limit",
+                    "tool": e.name,
+                    "note": str(e),
+                }
+            gold_results = [scored_result(self.suite, gold, c.name, c.arguments, episode.limits) for c in gold_calls]
             if not gold_calls:
                 continue
             failure: dict[str, Any] | None = None

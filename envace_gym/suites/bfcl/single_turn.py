@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 from envace_gym.episode import Episode, Task
 from envace_gym.errors import ErrorCode, ToolError
 from envace_gym.grader import Grader
+from envace_gym.limits import BudgetExceeded, run_isolated
 from envace_gym.messages import format_tool_call
 from envace_gym.response import Response
 from envace_gym.suite import Suite, User, World
@@ -43,6 +44,10 @@ SYSTEM_PROMPT = (
 )
 NO_TOOL = "None of the available tools can do that."
 CHECKER_MODEL = "envace-gym"  # the model name bfcl-eval's checker is given
+# bfcl-eval's Java and JavaScript converters read the agent's strings with regular expressions that can
+# backtrack exponentially (its JavaScript 2D-array pattern) and with int(), which refuses over 4,300
+# digits: the checker of those categories runs in a child process, bounded
+CHECK_SECONDS, CHECK_MEMORY = 10.0, 1 << 30
 
 
 def _first_choices(candidates: dict, nested: bool = True) -> dict:
@@ -212,6 +217,14 @@ class SingleTurnSuite(Suite):
         return SingleTurnGrader(self)
 
 
+def checker_info(result: dict) -> dict:
+    """``reward_info`` from bfcl-eval's checker result: no error for a valid answer (its checkers
+    report ``simple_function_checker:unclear`` there), else its type and first three messages."""
+    if result["valid"]:
+        return {"valid": True, "error_type": None, "error": []}
+    return {"valid": False, "error_type": result.get("error_type"), "error": result.get("error", [])[:3]}
+
+
 class SingleTurnGrader(Grader):
     """bfcl-eval's verdict on a single-turn answer, and gold calls from the category's possible answers."""
 
@@ -237,14 +250,21 @@ class SingleTurnGrader(Grader):
         names = {tool_name(d["name"]): d["name"] for d in task.data["function"]}
         output = [{names.get(c.name, c.name): c.arguments} for c in calls]
         language = LANGUAGES.get(category, Language.PYTHON)
-        result = source.ast_checker()(
-            task.data["function"], output, self.answers[task.id], language, category, CHECKER_MODEL
-        )
-        return float(result["valid"]), {
-            "valid": result["valid"],
-            "error_type": result.get("error_type"),
-            "error": result.get("error", [])[:3],
-        }
+        given = (task.data["function"], output, self.answers[task.id], language, category, CHECKER_MODEL)
+        check = partial(source.ast_checker(), *given)
+        if language == Language.PYTHON:
+            result = check()
+        else:
+            try:
+                result = run_isolated(check, CHECK_SECONDS, CHECK_MEMORY)
+            except (BudgetExceeded, MemoryError, RuntimeError) as e:
+                why = f"ran past {CHECK_SECONDS} s" if isinstance(e, BudgetExceeded) else f"failed: {e}"
+                return 0.0, {
+                    "valid": False,
+                    "error_type": f"type_error:{'java' if language == Language.JAVA else 'js'}",
+                    "error": [f"bfcl-eval's {language.value} type conversion {why}"[:500]],
+                }
+        return float(result["valid"]), checker_info(result)
 
     def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
         """The same verdict: a single-turn answer is its calls."""

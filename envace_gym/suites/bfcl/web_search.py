@@ -12,7 +12,16 @@ Either way bfcl-eval's code does the requests, parsing, snippet hiding and HTML
 conversion; only its transport is routed, per world: the web module's ``GoogleSearch``
 (serpapi's client) is a subclass that sends the search to the world's SerpAPI address or
 corpus, and its ``requests`` is a stand-in whose ``get`` fetches from the corpus when the
-world has one. Outside a world's call both behave exactly as the originals.
+world has one, else the page through :func:`fetch`. Outside a world's call both behave exactly as the
+originals.
+
+A server fetches what its client's model names, so :func:`fetch` reaches public addresses only: a
+loopback, link-local, private, reserved or otherwise non-global address is refused, as resolved, on every
+redirect (followed here, each hop checked), and the connection goes to the address checked, so that a
+name rebound between the check and the request cannot swap it. ``allow_fetch`` (the suite's keyword,
+``gym.make``'s and ``envace-gym serve --allow-fetch``) names networks that are allowed anyway. A fetch
+reads at most :data:`FETCH_BYTES` in :data:`FETCH_SECONDS`. A refusal is the call's ``execution_error``;
+no secret (the SerpAPI key a failed search's URL holds) is in any response (:mod:`envace_gym.redaction`).
 """
 
 from __future__ import annotations
@@ -21,18 +30,27 @@ import contextvars
 import copy
 import html
 import importlib
+import ipaddress
 import json
 import os
 import re
+import socket
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import requests
+import urllib3
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
 from envace_gym.episode import Task
+from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.redaction import redact
+from envace_gym.response import Response, redacted
 from envace_gym.suites.bfcl import categories, source
 from envace_gym.suites.bfcl.agentic import AgenticSuite
 from envace_gym.suites.bfcl.multi_turn import BFCLWorld
@@ -41,6 +59,10 @@ SERPAPI_URL = "https://serpapi.com"
 OFFLINE_HOST = "bfcl-offline.invalid"  # a reserved name that never resolves: the corpus' answer pages
 STAND_IN = "offline corpus (stand-in)"
 CORPUS = Path(__file__).parent / "web_corpus"
+FETCH_BYTES = 2 << 20  # a fetched page's bytes, decoded, read at most (the rest is cut)
+FETCH_SECONDS = 20.0  # one whole fetch, redirects included (bfcl-eval's own timeout)
+MAX_REDIRECTS = 5
+REDIRECTS = (301, 302, 303, 307, 308)
 
 CATEGORIES = categories.WEB_SEARCH
 
@@ -141,12 +163,126 @@ class Corpus:
         return _response(url, 200, text, "text/html; charset=utf-8")
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def networks(cidrs: str | Iterable[str]) -> tuple[Network, ...]:
+    """``allow_fetch``'s networks (one CIDR or several, such as ``10.0.0.0/8``); a bad one is a ValueError."""
+    out = []
+    for cidr in [cidrs] if isinstance(cidrs, str) else cidrs:
+        try:
+            out.append(ipaddress.ip_network(cidr.strip(), strict=False))
+        except (ValueError, AttributeError):
+            raise ValueError(f"allow_fetch: {cidr!r} is not a network such as 10.0.0.0/8 or 127.0.0.1/32") from None
+    return tuple(out)
+
+
+def forbidden(address: Address, allowed: tuple[Network, ...] = ()) -> str | None:
+    """What kind of address a fetch may not reach ``address`` is (``loopback``, ``private``, ...), or None."""
+    if any(address in network for network in allowed):
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = address.ipv4_mapped or address.sixtofour or (address.teredo and address.teredo[1])
+        if inner:  # an IPv4 address inside an IPv6 one is judged as itself
+            return forbidden(inner, allowed)
+    for kind in ("loopback", "link_local", "private", "reserved", "multicast", "unspecified"):
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    return None if address.is_global else "non-global"
+
+
+class FetchRefused(BaseException):
+    """A fetch the env does not make. A BaseException, so that bfcl-eval's catch-all in
+    ``fetch_url_content`` lets it through to :meth:`WebWorld.execute`, which answers it as the call's error."""
+
+
+def _checked_address(host: str, port: int, allowed: tuple[Network, ...]) -> str:
+    """The address ``host`` resolves to, every one of its addresses checked."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise requests.ConnectionError(f"cannot resolve {host}: {e}") from None
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    for address in addresses:
+        kind = forbidden(address, allowed)
+        if kind:
+            where = host if host == str(address) else f"{host} ({address})"
+            raise FetchRefused(f"refused: {where} is a {kind} address; this env fetches public addresses only")
+    return str(addresses[0])
+
+
+def fetch(url: str, headers: dict, allowed: tuple[Network, ...] = ()) -> requests.Response:
+    """GET ``url`` as ``requests.get`` would, reaching public addresses only (and ``allowed`` networks):
+    each hop's name resolved and checked, and connected to at the address checked; redirects followed here,
+    at most :data:`MAX_REDIRECTS`; at most :data:`FETCH_BYTES` read in :data:`FETCH_SECONDS`."""
+    deadline = time.monotonic() + FETCH_SECONDS
+    for _ in range(MAX_REDIRECTS + 1):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise FetchRefused(f"refused: {url[:200]!r} is not an http or https URL with a host")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        address = _checked_address(parts.hostname, port, allowed)
+        response = _get(parts, parts.hostname, port, address, headers, deadline)
+        location = response.headers.get("Location")
+        if response.status_code not in REDIRECTS or not location:
+            return response
+        url = urljoin(url, location)
+    raise FetchRefused(f"refused: more than {MAX_REDIRECTS} redirects")
+
+
+def _get(parts, host: str, port: int, address: str, headers: dict, deadline: float) -> requests.Response:
+    """One GET of ``parts`` (a split URL) from ``address``, ``host``'s name kept in ``Host`` and for TLS."""
+    https = parts.scheme == "https"
+    left = max(deadline - time.monotonic(), 0.01)
+    options: dict[str, Any] = {"timeout": urllib3.Timeout(connect=left, read=left), "retries": False, "maxsize": 1}
+    if https:
+        pool: urllib3.HTTPConnectionPool = urllib3.HTTPSConnectionPool(
+            address, port, server_hostname=host, assert_hostname=host, **options
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(address, port, **options)
+    name = f"[{host}]" if ":" in host else host
+    target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    late = requests.Timeout(f"the page did not arrive within {FETCH_SECONDS:g} s")
+    with pool:
+        try:
+            raw = pool.urlopen(
+                "GET",
+                target,
+                headers={**headers, "Host": name if parts.port is None else f"{name}:{port}"},
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+            )
+            body = bytearray()
+            for chunk in raw.stream(1 << 16, decode_content=True):
+                body += chunk
+                if len(body) >= FETCH_BYTES:
+                    del body[FETCH_BYTES:]
+                    break
+                if time.monotonic() > deadline:
+                    raise late
+            raw.release_conn()
+        except urllib3.exceptions.TimeoutError:
+            raise late from None
+    response = requests.Response()
+    response.status_code, response.reason = raw.status, raw.reason or ""
+    response.url = urlunsplit(parts)
+    response.headers.update(raw.headers)
+    response.encoding = requests.utils.get_encoding_from_headers(response.headers)
+    response._content = bytes(body)
+    return response
+
+
 @dataclass(frozen=True)
 class Route:
-    """Where a world's calls go: a SerpAPI address and the web, or a corpus for both."""
+    """Where a world's calls go: a SerpAPI address and the web (the networks a fetch may reach besides
+    public ones), or a corpus for both."""
 
     serpapi_url: str = SERPAPI_URL
     corpus: Corpus | None = None
+    allow_fetch: tuple[Network, ...] = ()
 
 
 ROUTE: contextvars.ContextVar[Route | None] = contextvars.ContextVar("envace_bfcl_web_route", default=None)
@@ -166,7 +302,10 @@ def web_module():
                 return route.corpus.search(self.construct_url(path)[1])
             if route is not None:
                 self.BACKEND = route.serpapi_url
-            return super().get_response(path)
+            try:
+                return super().get_response(path)
+            except Exception as e:  # its text (bfcl-eval answers and prints it) quotes the URL, key and all
+                raise RuntimeError(redact(str(e))) from None
 
     class RoutedRequests:
         """The web module's ``requests``, whose ``get`` reads the calling world's corpus."""
@@ -176,9 +315,11 @@ def web_module():
 
         def get(self, url, *args, **kwargs):
             route = ROUTE.get()
-            if route is not None and route.corpus is not None:
+            if route is None:
+                return requests.get(url, *args, **kwargs)
+            if route.corpus is not None:
                 return route.corpus.fetch(url)
-            return requests.get(url, *args, **kwargs)
+            return fetch(url, kwargs.get("headers") or {}, route.allow_fetch)
 
     module.GoogleSearch, module.requests = RoutedSearch, RoutedRequests()
     return module
@@ -191,10 +332,12 @@ class WebWorld(BFCLWorld):
         super().__init__({"WebSearchAPI": api}, owners)
         self.route = route
 
-    def execute(self, name: str, arguments: dict, requestor: str = "assistant"):
+    def execute(self, name: str, arguments: dict, requestor: str = "assistant") -> Response:
         token = ROUTE.set(self.route)
         try:
-            return super().execute(name, arguments, requestor)
+            return redacted(super().execute(name, arguments, requestor))
+        except FetchRefused as e:
+            return Response(error=ToolError(ErrorCode.EXECUTION_ERROR, f"{name}: {e}"), native=f"Error: {e}")
         finally:
             ROUTE.reset(token)
 
@@ -204,16 +347,23 @@ class WebWorld(BFCLWorld):
 
 class WebSearchSuite(AgenticSuite):
     """One web-search category. ``backend``: ``"serpapi"`` (SerpAPI at ``serpapi_url``, then the web),
-    ``"offline"`` (the corpus), or None: SerpAPI when ``SERPAPI_API_KEY`` is set, else the corpus."""
+    ``"offline"`` (the corpus), or None: SerpAPI when ``SERPAPI_API_KEY`` is set, else the corpus.
+    ``allow_fetch``: networks (CIDRs) ``fetch_url_content`` may reach besides public addresses."""
 
     prefix = "web_search"
 
     def __reduce__(self):  # pickled by reference where it is its category's process-wide suite
         if self.default:
-            return category_suite, (self.category,)
-        return WebSearchSuite, (self.category, self.backend, self.route.serpapi_url)
+            return category_suite, (self.category, self.allow_fetch)
+        return WebSearchSuite, (self.category, self.backend, self.route.serpapi_url, self.allow_fetch)
 
-    def __init__(self, category: str, backend: str | None = None, serpapi_url: str = SERPAPI_URL):
+    def __init__(
+        self,
+        category: str,
+        backend: str | None = None,
+        serpapi_url: str = SERPAPI_URL,
+        allow_fetch: str | Iterable[str] = (),
+    ):
         if category not in CATEGORIES:
             raise ValueError(f"unknown BFCL web-search category {category!r}; choose from {CATEGORIES}")
         if backend not in (None, "serpapi", "offline"):
@@ -224,7 +374,10 @@ class WebSearchSuite(AgenticSuite):
         populate_initial_settings_for_web_search_test_cases([e.raw for e in self._entries.values()])
         self.default = backend is None and serpapi_url == SERPAPI_URL
         self.backend = backend or ("serpapi" if os.environ.get("SERPAPI_API_KEY") else "offline")
-        self.route = Route(serpapi_url, Corpus.load() if self.backend == "offline" else None)
+        self.allow_fetch = (allow_fetch,) if isinstance(allow_fetch, str) else tuple(allow_fetch)
+        self.route = Route(
+            serpapi_url, Corpus.load() if self.backend == "offline" else None, networks(self.allow_fetch)
+        )
         self.private_worlds = self.backend == "offline"  # SerpAPI calls reach outside this process
         self.stateless_tools = frozenset(self._owners)  # WebSearchAPI keeps no state between calls
         self.api_class = web_module().WebSearchAPI
@@ -257,7 +410,12 @@ class WebSearchSuite(AgenticSuite):
         ]
 
 
+def category_suite(category: str, allow_fetch: str | Iterable[str] = ()) -> WebSearchSuite:
+    """The process-wide suite of one web-search category and ``allow_fetch`` networks (its backend chosen
+    by ``SERPAPI_API_KEY`` then): ``gym.make("EnvACE/bfcl-web-search-base-v0", allow_fetch=[...])``'s."""
+    return _category_suite(category, (allow_fetch,) if isinstance(allow_fetch, str) else tuple(allow_fetch))
+
+
 @cache
-def category_suite(category: str) -> WebSearchSuite:
-    """The process-wide suite of one web-search category (its backend chosen by ``SERPAPI_API_KEY`` then)."""
-    return WebSearchSuite(category)
+def _category_suite(category: str, allow_fetch: tuple[str, ...]) -> WebSearchSuite:
+    return WebSearchSuite(category, allow_fetch=allow_fetch)

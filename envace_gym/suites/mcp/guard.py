@@ -11,17 +11,17 @@ find through ``/proc``, then its whole group: the server and anything the server
 The server's stderr (its tracebacks) reaches the guard through a pipe and is appended to
 ``LOG_PATH``, not the user's terminal; past ``LOG_CAP`` bytes the log becomes ``LOG_PATH.1``
 (replacing the older one) and a new one starts. A command that cannot start is still said
-on the guard's own stderr.
+on the guard's own stderr. The two requests are ``envace_gym/limits.py``'s :func:`die_with_parent`,
+loaded by its path (the guard runs without the package on its path).
 """
 
-import ctypes
 import os
 import signal
 import sys
 import threading
+from importlib.util import module_from_spec, spec_from_file_location
+from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
 LOG_CAP = 8 << 20
 _drained = threading.Event()  # set once nothing is left to copy to the log
 _drained.set()
@@ -86,13 +86,18 @@ def _copy_to_log(source: int, log: str) -> None:
     _drained.set()
 
 
+def _limits():
+    """The package's ``limits`` module (standard library only), loaded from its file."""
+    spec = spec_from_file_location("envace_gym_limits", Path(__file__).resolve().parents[2] / "limits.py")
+    module = module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parent, log, command = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
-    if os.getppid() != parent:  # the parent died before the request took effect
+    if not _limits().die_with_parent(parent, signal.SIGTERM, subreaper=True):  # the parent died first
         sys.exit(1)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _kill_all)

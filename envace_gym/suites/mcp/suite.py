@@ -137,6 +137,12 @@ class MCPSuite(Suite):
             self._toolsets[key] = ToolSet([s for s in schemas if not subset or s["function"]["name"] in subset])
         return self._toolsets[key]
 
+    @property
+    def local_worlds(self) -> bool:
+        """A server declared deterministic also runs rehearsed calls, on the episode's session (as a fork
+        replays its calls)."""
+        return self.private_worlds or self.deterministic
+
     def new_world(self, task: Task | None) -> World:
         if self.spec is None:
             assert task is not None  # an offline world plays its task's recording

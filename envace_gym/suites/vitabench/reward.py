@@ -35,13 +35,43 @@ from vita.utils.utils import evaluator_extracter  # noqa: E402
 _local = threading.local()
 _vita_generate = evaluator_traj.generate
 
+#: The longest judge reply that is parsed (characters): VitaBench's verdict lists (25 rubrics at most in
+#: its task files) are a few KB, and its lenient parse (``json_repair``) takes time quadratic in the reply.
+MAX_VERDICT_CHARS = 32_000
+#: The most brackets and quotes (``[{"'``) a parsed reply may hold: the parse's quadratic term, which a
+#: reply under :data:`MAX_VERDICT_CHARS` made of them alone would still make a minute long.
+MAX_VERDICT_MARKS = 2_048
+_MARKS = frozenset("[{\"'")
+#: A verdict's fields as VitaBench's prompt asks for them, and the type each must have when present.
+_VERDICT_FIELDS = {"rubric_idx": str, "justification": str, "meetExpectation": bool}
+
 
 class MalformedJudgement(ValueError):
     """The judge's reply to one window is not a list of per-rubric verdicts."""
 
-    def __init__(self, window: int, reply: str):
-        super().__init__(f"the judge's reply to window {window} is not a list of rubric verdicts")
+    def __init__(self, judge: str, window: int, reply: str, why: str = "is not a list of rubric verdicts"):
+        super().__init__(f"judge {judge}: its reply to window {window} {why}")
         self.reply = reply
+
+
+def _verdicts_fault(text: str) -> str | None:
+    """Why ``text`` is no list of verdicts VitaBench's evaluator can take, or None; it is bounded
+    (:data:`MAX_VERDICT_CHARS`, :data:`MAX_VERDICT_MARKS`) before VitaBench's lenient parse sees it."""
+    if len(text) > MAX_VERDICT_CHARS:
+        return f"is {len(text)} characters, over the {MAX_VERDICT_CHARS} that are parsed"
+    if sum(c in _MARKS for c in text) > MAX_VERDICT_MARKS:
+        return f"holds over {MAX_VERDICT_MARKS} brackets and quotes, more than are parsed"
+    try:
+        verdicts = evaluator_extracter(text)
+    except (ValueError, RecursionError):
+        verdicts = None
+    if not isinstance(verdicts, list) or not all(isinstance(v, dict) for v in verdicts):
+        return "is not a list of rubric verdicts"
+    for i, verdict in enumerate(verdicts):
+        for field, kind in _VERDICT_FIELDS.items():
+            if field in verdict and not isinstance(verdict[field], kind):
+                return f"gives verdict {i} a {field} of {verdict[field]!r:.40}, not a {kind.__name__}"
+    return None
 
 
 def _generate(model, messages, **kwargs):
@@ -107,8 +137,9 @@ class VitaBenchReward:
     ``max_tokens`` and ``structured``: ``vitabench:MODEL@BASE_URL?structured=1&max_tokens=512``).
 
     ``reward_info`` holds each rubric's verdict, the share met (``rubrics_met``), the number of
-    windows and the model. A reply that is not a list of verdicts gives 0 with a
-    ``malformed_judgement`` error; a server that cannot be reached raises
+    windows and the model. A reply that is not a list of verdicts (a boolean ``meetExpectation`` each),
+    or one over :data:`MAX_VERDICT_CHARS` or :data:`MAX_VERDICT_MARKS`, gives 0 with a
+    ``malformed_judgement`` error naming the judge; a server that cannot be reached raises
     :class:`~envace_gym.openai_client.ModelServerError` (the env keeps the episode and reports it).
     """
 
@@ -139,12 +170,9 @@ class VitaBenchReward:
         _local.windows += 1
         extra = {"response_format": _local.format} if _local.format else {}
         text = self.endpoint.chat(format_messages(messages), **self.sampling, **extra).content or ""
-        try:
-            verdicts = evaluator_extracter(text)
-        except ValueError:
-            verdicts = None
-        if not isinstance(verdicts, list) or not all(isinstance(v, dict) for v in verdicts):
-            raise MalformedJudgement(_local.windows, text)
+        fault = _verdicts_fault(text)
+        if fault is not None:
+            raise MalformedJudgement(f"{self.endpoint.model}@{self.endpoint.base_url}", _local.windows, text, fault)
         return AssistantMessage(role="assistant", content=text)
 
     def __call__(self, episode: Episode) -> tuple[float, dict]:
