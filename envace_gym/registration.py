@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
-from gymnasium.envs.registration import WrapperSpec
+from gymnasium.envs.registration import WrapperSpec, find_highest_version, get_env_id, parse_env_id
 
 from envace_gym.env import EnvACEEnv
 from envace_gym.specs import import_module
@@ -246,4 +246,9 @@ def resolve_env(spec: str) -> str:
         import_module(module)
     if env_id not in gym.registry and f"EnvACE/{env_id}" in gym.registry:
         raise ValueError(f"no env {env_id!r}; did you mean EnvACE/{env_id}?")
+    namespace, name, version = parse_env_id(env_id)
+    if env_id not in gym.registry and version is None:  # an id without -vN is its latest version's, by name too
+        latest = find_highest_version(namespace, name)
+        if latest is not None:
+            return get_env_id(namespace, name, latest)
     return env_id

@@ -95,6 +95,25 @@ def turn_counter(job: Run, advance) -> Callable[[int, float], None]:
     return on_turn
 
 
+def legend(agent: str, records: list[dict]) -> list[str]:
+    """What a run's table does not say by itself: its columns, what the oracle is, and what answered
+    the calls where that was not the real thing (a stand-in backend)."""
+    lines = [
+        "source: what scored the episode (world: the suite's own check of the world it played; replay: "
+        "its calls run again on a fresh world; actions, progress: against the gold calls; see --reward) · "
+        "ended by: why it stopped (user_stop, transfer, answered: the task's own end; max_turns, max_steps, "
+        "time_limit: a limit; agent_error, error: a failure)"
+    ]
+    if agent == "oracle":
+        lines.append(
+            "oracle: the task's gold actions, so a reward of 1.000 is the check that the env scores them right"
+        )
+    backends = {str(r["reward_info"]["backend"]) for r in records if isinstance(r.get("reward_info"), dict)
+                and r["reward_info"].get("backend")}  # fmt: skip
+    lines += [f"calls answered by: {b}" for b in sorted(backends) if "stand-in" in b]
+    return lines
+
+
 def print_run(job: Run, records: list[dict]) -> None:
     """A run's table (or, over :data:`MAX_ROWS` episodes, its episodes by how they ended), its mean
     reward, its rehearsal cost; exit code 1 when an episode failed. Rows are in the run's episode order,
@@ -138,6 +157,8 @@ def print_run(job: Run, records: list[dict]) -> None:
                 f"{r['seconds']:.3f}",
             )
     console.print(table)
+    for line in legend(c.agent, records):
+        console.print(line, soft_wrap=True, style="dim")
     rewards = [r["reward"] for r in records]
     error = f" ± {statistics.stdev(rewards) / math.sqrt(len(rewards)):.3f} (standard error)" if len(rewards) > 1 else ""
     console.print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from contextlib import contextmanager
 from typing import NoReturn
@@ -29,9 +30,27 @@ def styled(head: str, rest: str = "", style: str = "red") -> Text:
 USER_ERRORS = (ValueError, KeyError, TypeError, OSError, ImportError, ModelServerError, gym.error.Error)
 
 
+# a library error's keyword settings (``reward='replay'``, ``split=None``), as the command line gives them
+KEYWORD = re.compile(
+    r"\b(reward|dynamics|split|eval_split|simulator|p_real|user|judge|max_turns)=('([^'\s]*)'|None|\w+)"
+)
+
+
+def as_flags(message: str) -> str:
+    """``message`` with each :data:`KEYWORD` setting spoken as its flag: ``--reward replay``, ``--split all``."""
+
+    def flag(m: re.Match) -> str:
+        value = m[3] if m[3] is not None else m[2]
+        if value == "None":
+            value = "all" if m[1].endswith("split") else "none"
+        return f"--{m[1].replace('_', '-')} {value}"
+
+    return KEYWORD.sub(flag, message)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``message`` as one error line and exit."""
-    console.print(styled("error:", " " + " ".join(message.split())), soft_wrap=True)
+    """Print ``message`` as one error line, its keyword settings spoken as flags, and exit."""
+    console.print(styled("error:", " " + " ".join(as_flags(message).split())), soft_wrap=True)
     raise typer.Exit(code)
 
 

