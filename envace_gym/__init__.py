@@ -12,7 +12,7 @@ from envace_gym.rehearse_prompts import ResponseCache
 from envace_gym.response import Response
 from envace_gym.suite import ScriptedUser, Suite, User, UserReply, World
 from envace_gym.tools import ToolSet
-from envace_gym.wrappers import SelfRehearsal
+from envace_gym.wrappers import SelfRehearsal  # noqa: F401 (deprecated until 0.3.0: importable, not in __all__)
 
 _install_moved()  # envace_gym.envs's modules still import, until 0.3.0
 register_all()

@@ -122,8 +122,9 @@ def _add(data: dict, path: Path, source: str, env: str | None = None, world_mode
     """The records of a ``run`` or ``compare`` file into ``data``, each labelled with ``source``, its env
     (the record's own, else ``env``) and, for an eval's world-model calls, the world model."""
     for r in records.rows(path):
-        if "rehearsed" in r and "real" in r and "tool" in r:
-            data["calls"].append({**_call(r, source), "env": env, "world_model": world_model})
+        if "rehearsed" in r and "real" in r and "tool" in r:  # a compared call: its world model, else its file's
+            model = world_model or r.get("world_model") or source
+            data["calls"].append({**_call(r, source), "env": env, "world_model": str(model)})
         else:
             data["episodes"].append({**_episode(r, source), "env": r.get("env_id") or env})
 

@@ -53,6 +53,7 @@ def compare_calls(
                     real=call["real"],
                     rehearsed=call["rehearsed"],
                     **call["fidelity"],
+                    world_model=rehearser.name,
                     state_dependent=depends_on_state(inner, call) if inner.suite.private_worlds else None,
                 )
                 calls.append(record.model_dump())

@@ -11,6 +11,7 @@ import os
 import re
 import time
 import warnings
+import weakref
 from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any
@@ -159,6 +160,9 @@ class CompareRecord(BaseModel):
     leaf_match: float = Field(description="Share of the real answer's leaves the rehearsal has with the same value.")
     error_agree: bool = Field(description="Whether both answers are errors, or neither is.")
     exact: bool = Field(description="Whether the two answers are the same JSON value.")
+    world_model: str | None = Field(
+        default=None, description="The rehearser's name (None in records written before it was kept)."
+    )
     state_dependent: bool | None = Field(
         default=None,
         description="Whether the real answer depends on the episode's earlier calls: the same call on the "
@@ -175,7 +179,7 @@ def write_record(file: IO[str], record: dict) -> None:
 
 def agent_settings(kwargs: dict) -> dict:
     """An agent's keyword settings as its run's records keep them: JSON values, sorted by name, those named
-    like a secret (one that ends as :data:`envace_gym.redaction.SECRET_NAMES` do: ``api_key``, ``token``, ...) left out."""
+    like a secret (ending as :data:`~envace_gym.redaction.SECRET_NAMES` do: ``api_key``, ``token``) left out."""
     kept = {k: v for k, v in sorted(kwargs.items()) if not k.upper().endswith(SECRET_NAMES)}
     return json.loads(json.dumps(kept, default=repr))
 
@@ -204,19 +208,20 @@ class OutputInUse(ValueError):
     """Another process holds the lock on an output."""
 
 
-_HELD_LOCKS: set[int] = set()  # the descriptors of the output locks this process holds
+_HELD_LOCKS: weakref.WeakSet[IO[str]] = weakref.WeakSet()  # the open lock files of this process's locks
 
 
 def _drop_locks_in_child() -> None:
     """In a forked child (an isolated tool call, say): the held locks' descriptors made /dev/null, so that a
     child left running by a killed parent never keeps an output locked (a lock is its open file's, shared by
     every process holding that file open)."""
-    if _HELD_LOCKS:
+    held = [f for f in _HELD_LOCKS if not f.closed]
+    if held:
         null = os.open(os.devnull, os.O_RDONLY)
-        for fd in _HELD_LOCKS:
-            os.dup2(null, fd)
+        for f in held:
+            os.dup2(null, f.fileno())
         os.close(null)
-        _HELD_LOCKS.clear()
+    _HELD_LOCKS.clear()
 
 
 os.register_at_fork(after_in_child=_drop_locks_in_child)
@@ -283,7 +288,7 @@ class OutputLock:
         held.write(f"pid {os.getpid()} (since {time.strftime('%H:%M:%S')})")
         held.flush()
         self._held = held
-        _HELD_LOCKS.add(held.fileno())
+        _HELD_LOCKS.add(held)
         return self
 
     def _is(self, opened: IO[str]) -> bool:
@@ -297,7 +302,7 @@ class OutputLock:
         """Drop the lock and remove its file (a no-op when not held)."""
         if self._held is None:
             return
-        _HELD_LOCKS.discard(self._held.fileno())
+        _HELD_LOCKS.discard(self._held)
         self.file.unlink(missing_ok=True)
         self._held.close()
         self._held = None

@@ -2,8 +2,9 @@
 
 A customer says an order arrived damaged. The agent settles the claim with one call,
 ``resolve_claim(resolution)``, ``"refund"`` or ``"replacement"``, then says it is done. The
-store's policy (in the system prompt) is to refund; only a refund scores. A world settles a
-claim once: a second call is an ``execution_error``.
+store's policy (in the system prompt) is to refund. Every reward of the gold (``actions``,
+``strict_progress``, ``world``, ...) scores 1 only the clean episode: the refund, no other call (a
+rejected one included) and a closing reply; anything else scores 0. A world settles a claim once.
 
 Under the noisy oracle (``agents.load("noisy-oracle", p=P)``) the wrong plan is the only wrong
 call there is (the one argument's other enum member), so SFT on its episodes gives a warm start
@@ -14,9 +15,10 @@ a coin flip that RL must turn into the refund (tests/training/test_learning.py).
 from __future__ import annotations
 
 import random
-from functools import cache
+from functools import cache, cached_property
 
-from envace_gym.episode import Task
+from envace_gym.episode import Episode, Task
+from envace_gym.grader import Grader
 from envace_gym.suite import Suite, World
 from envace_gym.tools import ToolSet
 
@@ -61,6 +63,24 @@ class ClaimDesk(World):
         return {"status": "settled", "resolution": resolution}
 
 
+class PlanGrader(Grader):
+    """The gold match, met only where the episode is clean: exactly one call written (rejected ones
+    count: were junk after the refund free, RL would learn it along with the refund, as it did before
+    this rule) and a last message that is the agent's reply without a call."""
+
+    def score_actions(self, task: Task, episode: Episode) -> tuple[float, dict]:
+        reward, parts = super().score_actions(task, episode)
+        last = episode.messages[-1]
+        clean = sum(c.requestor == "assistant" for c in episode.calls) == 1 and (
+            last["role"] == "assistant" and not last.get("tool_calls")
+        )
+        if not clean:
+            reward = 0.0
+            for check in parts["action_checks"]:
+                check["met"] = False
+        return reward, {**parts, "action": reward, "clean": clean}
+
+
 @cache
 def plan_tasks() -> dict[str, list[Task]]:
     """The tasks of each split: ``test_0..test_15`` and ``train_0..train_47``."""
@@ -103,6 +123,10 @@ class PlanChoiceSuite(Suite):
         if split not in SPLITS:
             raise ValueError(f"{self.name} has no split {split!r}; splits: {', '.join(SPLITS)} (or None: every task)")
         return [t.id for t in plan_tasks()[split]]
+
+    @cached_property
+    def grader(self) -> PlanGrader:
+        return PlanGrader(self)
 
     def system_prompt(self, task: Task) -> str:
         return SYSTEM_PROMPT

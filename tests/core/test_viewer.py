@@ -518,3 +518,23 @@ def test_an_eval_whose_results_hold_a_nan_or_infinity_is_refused_not_drawn(tmp_p
     result = CliRunner().invoke(app, ["view", str(folder), "--out", str(out)])
     assert result.exit_code == 2 and not out.exists()
     assert "results.json" in result.output and field in result.output and "not a finite number" in result.output
+
+
+@needs_browser
+def test_two_compare_files_are_two_world_models_never_pooled(tmp_path):
+    def call(tool: str, leaf_match: float, **more) -> str:
+        fields = {"task_id": "t", "tool": tool, "arguments": {}, "real": "{}", "rehearsed": "{}", "parsed": True}
+        return json.dumps(fields | {"shape": 1.0, "leaf_match": leaf_match, "error_agree": True, "exact": False} | more)
+
+    good, bad = tmp_path / "knn-compare.jsonl", tmp_path / "old-compare.jsonl"
+    good.write_text(call("lookup", 1.0, world_model="knn") + "\n")
+    bad.write_text(call("lookup", 0.0) + "\n")  # written before records named their rehearser: its file names it
+    out = tmp_path / "report.html"
+    assert CliRunner().invoke(app, ["view", str(good), str(bad), "--out", str(out)]).exit_code == 0
+    page, console = dom(out, "")
+    assert "Uncaught" not in console
+    assert 'id="fidelity-chart"' in page and 'id="fidelity-chart-1"' in page  # one chart per world model
+    assert "knn: fidelity per tool" in page and "old-compare.jsonl: fidelity per tool" in page
+    tools, _ = dom(out, "tab=tools")
+    assert "<th>world_model</th><th>tool</th>" in tools  # a row per world model and tool
+    assert "<td>knn</td><td>lookup</td>" in tools and "<td>old-compare.jsonl</td><td>lookup</td>" in tools

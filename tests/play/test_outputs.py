@@ -166,6 +166,22 @@ def test_a_run_killed_mid_call_leaves_no_child_and_no_lock(tmp_path):
         OutputLock(out).acquire().release()
 
 
+def test_a_forked_child_never_holds_an_output_lock(tmp_path):
+    lock = OutputLock(tmp_path / "run.jsonl").acquire()
+    wait, go = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child that outlives its parent's hold on the lock
+        os.read(wait, 1)
+        os._exit(0)
+    try:
+        lock._held.close()  # as the holder's death would: now only the child's copy could keep the lock
+        with open(lock.file) as again:
+            fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.write(go, b"x")
+        os.waitpid(pid, 0)
+
+
 def test_a_lock_naming_an_ended_process_is_taken_over_with_a_warning(tmp_path):
     out = tmp_path / "run.jsonl"
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -10,8 +10,9 @@ import gymnasium as gym
 import pytest
 
 import envace_gym
-from envace_gym import agents, records
+from envace_gym import agents
 from envace_gym.agents.base import Agent
+from envace_gym.play import records
 from envace_gym.play.loop import failed_record, run_batched, run_episodes
 from envace_gym.play.records import RunRecord, resume_records, write_record
 

@@ -204,6 +204,8 @@ def _checked_address(host: str, port: int, allowed: tuple[Network, ...]) -> str:
     except (OSError, UnicodeError) as e:
         raise requests.ConnectionError(f"cannot resolve {host}: {e}") from None
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    if not addresses:
+        raise requests.ConnectionError(f"{host} has no address")
     for address in addresses:
         kind = forbidden(address, allowed)
         if kind:
