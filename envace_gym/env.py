@@ -437,17 +437,17 @@ class EnvACEEnv(gym.Env):
         """Answer pending calls until one needs a rehearse turn by the acting agent."""
         shadow = DYNAMICS[self._live.dynamics].shadow
         while self._pending and self._live.ended_by is None:
-            call, answers = self._pending[0]
+            call, who = self._pending[0]
             error = self._check(call)
             if error is not None:
                 self._answer(call, "rejected", error.content(), records)
-            elif answers in ("policy", "shadow") or (answers == "world" and shadow):
+            elif who in ("policy", "shadow") or (who == "world" and shadow):
                 self.action_space.role = "rehearse"
                 return
-            elif answers == "world":
+            elif who == "world":
                 source, response = self._execute(call)
                 self._answer(call, source, response.content, records, native=response.native)
-            elif answers == "recording":
+            elif who == "recording":
                 self._answer(call, "replay", self._replayed(call), records)
             else:
                 text = self._guarded(self.simulator.act, self._obs())
@@ -459,27 +459,26 @@ class EnvACEEnv(gym.Env):
         self.action_space.role = "act"
 
     def _source(self, call: ToolCall) -> str:
-        """Who answers ``call`` under this episode's dynamics (``either``: a coin per call; ``router``: the
-        router's choice, ``shadow`` or ``policy``, kept with its reason for the call's record)."""
-        answers = DYNAMICS[self._live.dynamics].answers
-        if answers == "either":
-            return "world" if self.np_random.random() < self.p_real else "policy"
-        if answers == "router":
-            answers, self._routes[call.id] = self.router.route(call.name, call.arguments, self.np_random)
-        return answers
+        """Who answers ``call`` under this episode's dynamics (:meth:`~envace_gym.dynamics.Dynamics.who_answers`);
+        a router's reason is kept for the call's record."""
+        dynamics = DYNAMICS[self._live.dynamics]
+        who, route = dynamics.who_answers(call.name, call.arguments, self.np_random, self.p_real, self.router)
+        if route is not None:
+            self._routes[call.id] = route
+        return who
 
     def _rehearse(self, action: Any, records: list[CallRecord]) -> None:
-        call, answers = self._pending[0]
+        call, who = self._pending[0]
         rehearsed, parsed = rehearsal_content(action, self.limits.response_chars)
         self._rehearsal_errors += not parsed
         route = self._routes.pop(call.id, None)
-        if answers not in ("world", "shadow"):  # the world answers a rehearsed call under shadow dynamics only
+        if who not in ("world", "shadow"):  # the world answers a rehearsed call under shadow dynamics only
             self._keep_world(call)
             self._answer(call, "rehearsed", rehearsed, records, route=route)
             return
         source, response = self._execute(call)
         score = fidelity(response.content, rehearsed)
-        if answers == "shadow" and source == "real" and not self._diverged:  # a drifted world says nothing of it
+        if who == "shadow" and source == "real" and not self._diverged:  # a drifted world says nothing of it
             self.router.update(call.name, call.arguments, score)
         shadowed = {"native": response.native, "rehearsed": rehearsed, "fidelity": score, "route": route}
         self._answer(call, source, response.content, records, **shadowed)
@@ -521,7 +520,7 @@ class EnvACEEnv(gym.Env):
 
     def _recording_table(self, dynamics: str, task) -> dict | None:
         """The recorded responses that answer calls under ``dynamics`` (None where recordings answer none)."""
-        if DYNAMICS[dynamics].answers != "recording":
+        if not DYNAMICS[dynamics].replays:
             return None
         return recording_table(self.recordings, self.suite.grader, task)
 

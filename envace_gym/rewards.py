@@ -225,12 +225,16 @@ SPEC_REWARDS: dict[str, Callable[[str], RewardFn]] = {"judge": JudgeReward.from_
 
 
 @overload
-def default_reward(suite, dynamics: str, tasks: Sequence, purpose: Literal["episode"] = ...) -> str | RewardFn: ...
+def default_reward(
+    suite, dynamics: str, tasks: Sequence, purpose: Literal["episode"] = ..., judge: RewardFn | None = ...
+) -> str | RewardFn: ...
 @overload
 def default_reward(
-    suite, dynamics: str, tasks: Sequence, purpose: Literal["run", "train"]
+    suite, dynamics: str, tasks: Sequence, purpose: Literal["run", "train"], judge: RewardFn | None = ...
 ) -> str | RewardFn | None: ...
-def default_reward(suite, dynamics: str, tasks: Sequence, purpose: str = "episode") -> str | RewardFn | None:
+def default_reward(
+    suite, dynamics: str, tasks: Sequence, purpose: str = "episode", judge: RewardFn | None = None
+) -> str | RewardFn | None:
     """The reward where none is given: the one place this is decided (the env, ``run``, ``train`` and
     ``eval`` ask here). ``tasks``: the tasks it will score. By ``purpose``:
 
@@ -238,20 +242,26 @@ def default_reward(suite, dynamics: str, tasks: Sequence, purpose: str = "episod
       reward rarely varies within a group);
     - ``"run"``: ``replay`` where something other than the world answers the calls, the suite can rebuild
       its world here and every task has gold: the world's own evaluation of the calls after the fact,
-      so the mean means what a real run's ``world`` reward means;
-    - ``"episode"``: the dynamics' default, or for a task without gold the suite's judge (where it has one).
+      so the mean means what a real run's ``world`` reward means; else ``"episode"``'s where it is the
+      same for every task (all have gold, or none has);
+    - ``"episode"``: the dynamics' default, or for a task without gold ``judge`` (default: the suite's
+      own, where it has one).
 
     For ``"train"`` and ``"run"``, None leaves the choice to each episode (``"episode"``)."""
     if purpose not in ("episode", "run", "train"):
         raise ValueError(f"unknown purpose {purpose!r}: episode, run or train")
-    gold = all(suite.grader.has_gold(t) for t in tasks)
+    golds = [suite.grader.has_gold(t) for t in tasks]
+    gold = all(golds)
     if purpose == "train":
         return "strict_progress" if gold else None
     if purpose == "run":
-        rebuilt = get_dynamics(dynamics).answers != "world" and suite.private_worlds
-        return "replay" if gold and rebuilt else None
-    judge = None if gold else suite.grader.judge_reward()
-    return judge if judge is not None else get_dynamics(dynamics).default_reward
+        if gold and not get_dynamics(dynamics).all_real and suite.private_worlds:
+            return "replay"
+        if gold != any(golds):  # some tasks have gold, some not: each episode's own
+            return None
+    if not gold:
+        judge = judge if judge is not None else suite.grader.judge_reward()
+    return judge if judge is not None and not gold else get_dynamics(dynamics).default_reward
 
 
 def resolve_reward(reward: str | RewardFn | None) -> str | RewardFn | None:
@@ -286,7 +296,7 @@ def check_reward(reward: str | RewardFn, dynamics: str) -> None:
         raise ValueError(
             f"unknown reward {reward!r}; use one of {sorted(REWARDS)}, 'judge:MODEL@BASE_URL' or a callable"
         )
-    if reward == "world" and get_dynamics(dynamics).answers != "world":
+    if reward == "world" and not get_dynamics(dynamics).all_real:
         raise ValueError(
             f"reward='world' reads the real world, which {dynamics!r} dynamics never "
             "touch; use reward='replay' or 'actions'"

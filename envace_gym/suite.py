@@ -130,6 +130,12 @@ class Suite(ABC):
         (docs/guides/dynamics.md). Default: :attr:`private_worlds`."""
         return self.private_worlds
 
+    # the users make_user builds by kind ("llm": an LLM user, given user_kwargs model and base_url)
+    users: tuple[str, ...] = ("scripted",)
+    # the prefix of SPEC_REWARDS whose judge scores its tasks without gold, given MODEL@BASE_URL
+    # (EnvSettings.judge): a generic LLM judge unless the suite has its own
+    judge_spec: str = "judge"
+
     # the suite's worlds bound each call themselves (a server's request timeout): the env's
     # ``limits.call_seconds`` is not applied on top
     bounds_calls: bool = False

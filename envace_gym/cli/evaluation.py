@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import statistics
 
 import typer
+from rich.markdown import Markdown
 
 from envace_gym.cli.output import console, progress, user_errors
 from envace_gym.evaluation import EvalConfig, Evaluation, markdown
@@ -28,14 +30,20 @@ def evaluate(options: dict) -> None:
                 label = f"{benchmark.name} {run.env_id}" + (
                     f" rehearse={run.config.rehearsal_budget}" * bool(run.config.rehearsal_budget)
                 )
+                rewards, failed = [], 0
                 try:
                     with progress(len(run.todo), label, "episodes") as advance:
                         for record in run:
-                            failures += bool(record.get("error"))
-                            advance(f"[red]{failures} failed[/red]" if failures else "")
+                            rewards.append(record["reward"])
+                            failed += bool(record.get("error"))
+                            advance(f"[red]{failures + failed} failed[/red]" if failures + failed else "")
                 finally:
                     for env in run.envs:
                         env.close()
+                failures += failed
+                # a line per env run, also where the bar is not drawn (output redirected)
+                mean = f", mean reward {statistics.fmean(rewards):.3f}" if rewards else ""
+                console.print(f"{label}: {len(rewards)} episodes played{mean}, {failed} failed", soft_wrap=True)
             world = None
             if config.world_model:
                 with progress(0, "world model: shadow episodes", "calls") as advance:
@@ -50,7 +58,8 @@ def evaluate(options: dict) -> None:
             raise typer.Exit(130) from None
         finally:
             evaluation.close()
-    console.print(markdown(results), soft_wrap=True)
+    table = markdown(results)  # drawn as tables in a terminal, the Markdown itself in a pipe or file
+    console.print(Markdown(table) if console.is_terminal else table, soft_wrap=True)
     console.print(f"results in {', '.join(map(str, paths))}", soft_wrap=True)
     if failures:
         raise typer.Exit(1)

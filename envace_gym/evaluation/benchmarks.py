@@ -89,9 +89,23 @@ def bfcl_score(rewards: dict[str, list[float]]) -> dict:
     groups["agentic"] = agentic
     return {
         "score": 100 * overall["accuracy"],
-        "parts": {name: 100 * g["accuracy"] for name, g in groups.items()},
+        # a group none of whose categories ran is not run (None), not 0
+        "parts": {
+            name: 100 * g["accuracy"] if any(c in played for c in BFCL_GROUPS[name]) else None
+            for name, g in groups.items()
+        },
         "categories": {name: 100 * c["accuracy"] for name, c in sorted(played.items())},
     }
+
+
+#: BFCL v4's leaderboard groups, by the categories in each
+BFCL_GROUPS = {
+    "non_live": ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple"),
+    "live": ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"),
+    "irrelevance": ("irrelevance", "live_irrelevance"),
+    "multi_turn": ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"),
+    "agentic": ("web_search_base", "web_search_no_snippet", "memory_kv", "memory_vector", "memory_rec_sum"),
+}
 
 
 def tau2_score(records: dict[str, list[dict]]) -> dict:

@@ -22,7 +22,9 @@ class BenchmarkResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(description="The benchmark: BFCL v4, tau2, VitaBench, or an env id of its own.")
     score: float | None = Field(description="The benchmark's score, 0-100; None when none of its envs ran.")
-    parts: dict[str, float] = Field(description="Its parts: BFCL's groups, tau2's pass^k per domain, a mean per env.")
+    parts: dict[str, float | None] = Field(
+        description="Its parts: BFCL's groups, tau2's pass^k per domain, a mean per env; None: not run."
+    )
     episodes: int = Field(description="Episodes scored.")
     failed: dict[str, int] = Field(description="Episodes that failed, by class (ended_by: error), scored 0.")
     skipped: dict[str, str] = Field(description="Envs of the benchmark not run, each with the reason.")
@@ -219,7 +221,8 @@ def markdown(results: EvalResults) -> str:
                 f"- private rehearsal N={results.rehearse}: {_cell(b.rehearsed_score)} "
                 f"(gain {_cell(b.rehearsed_score - (b.score or 0.0))}), {b.rehearsed_real_calls} real calls"
             )
-        lines += [f"- {part}: {_cell(value)}" for part, value in b.parts.items() if b.in_overall]
+        if b.in_overall:
+            lines += [f"- {part}: {'not run' if v is None else _cell(v)}" for part, v in b.parts.items()]
         lines += [f"- failed, {why}: {n} episodes (scored 0)" for why, n in b.failed.items()]
         lines += [f"- not run, {env}: {why}" for env, why in b.skipped.items()]
         if b.missing:

@@ -15,61 +15,41 @@ from collections.abc import Callable, Generator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-import gymnasium as gym
-
-from envace_gym import agents, registration
+from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.agents.hf import play_settings
-from envace_gym.config_fields import COUNT, NONNEGATIVE, SEED, SHARE, check_settings, setting
-from envace_gym.dynamics import DYNAMICS
+from envace_gym.config_fields import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.dynamics import get as get_dynamics
+from envace_gym.env_settings import (  # noqa: F401  (env_kwargs, given_ids, expand_ranges, user_option: re-exported)
+    SHARED_RANGES,
+    EnvSettings,
+    env_kwargs,
+    expand_ranges,
+    given_ids,
+    shared,
+    user_option,
+)
 from envace_gym.play.loop import make_envs, run_batched
 from envace_gym.play.records import OutputLock, agent_settings, id_path, resume_records, safe_name, write_record
 from envace_gym.registration import resolve_env
-from envace_gym.rewards import REWARDS, SPEC_REWARDS, default_reward
-from envace_gym.routing import FidelityRouter
-from envace_gym.specs import parse_spec
 from envace_gym.wrappers import unwrap
-
-REWARD_NAMES = ", ".join([*REWARDS, *(f"{prefix}:MODEL@BASE_URL" for prefix in SPEC_REWARDS)])
 
 
 @dataclass
-class RunConfig:
-    """The settings of a run; each field's default and help are also ``envace-gym run``'s option's."""
+class RunConfig(EnvSettings):
+    """The settings of a run: the env's (:class:`~envace_gym.env_settings.EnvSettings`) and the agent's;
+    each field's default and help are also ``envace-gym run``'s option's."""
 
-    env_id: str | None = setting(
-        help="A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the module registers ID)."
-    )
     agent: str = setting("oracle", f"Agent: {agents.NAMES} (an Agent subclass; PATH.py:CLASS too).")
     agent_kwargs: dict = setting(
         {}, "KEY=VALUE for the agent, e.g. max_new_tokens=64 (repeat; values are JSON where they parse)."
     )
-    dynamics: str = setting("real", f"One of {', '.join(DYNAMICS)}.")
-    simulator: str | None = setting(None, "The agent that answers tool calls under --dynamics simulated.")
-    p_real: float = setting(0.5, "The chance that the real world answers a call under --dynamics mixed.")
-    user: str = setting("scripted", "scripted, or llm:MODEL@BASE_URL (tau2's LLM user on an OpenAI-compatible server).")
-    split: str | None = setting(None, "Task split (train, test, base).")
-    task_ids: list[str] | None = setting(
-        None, "Task ids (repeat or comma-separate); FIRST..LAST: the tasks between, in order."
-    )
-    reward: str | None = setting(
-        None,
-        f"One of {REWARD_NAMES} (default: world under real and shadow "
-        "dynamics; where the policy answers calls, replay when the suite can "
-        "rebuild its world here, so the means compare, else the dynamics' own).",
-    )
-    max_turns: int | None = setting(
-        None,
-        "Agent turns before truncation (default: the turn limit an hf:CHECKPOINT "
-        "of `train` was trained with, else 50).",
-    )
     repeats: int = setting(1, "Episodes per task.")
     batch: int = setting(1, "Episodes stepped together, their turns generated in one act_batch.")
-    seed: int = setting(0, "Seed of the first episode (then +1 each).")
-    limit: int | None = setting(None, "Only the first N of the selected tasks.")
+    seed: int = shared("seed")
+    limit: int | None = shared("limit")
     rehearsal_budget: int = setting(
         0, "Private rehearsal: attempts imagined in forks of the episode before each act turn (0: none)."
     )
@@ -84,23 +64,17 @@ class RunConfig:
         None, "Act turns per attempt (default: until its next message to the user)."
     )
     world_model: str | None = setting(None, "The agent that answers the attempts' tool calls (default: --agent).")
-    workers: int | None = setting(
-        None,
-        "Ray workers playing the episodes (each its own envs and agent; --batch "
-        "envs each). Default: this process alone.",
-    )
-    ray_address: str | None = setting(
-        None, "With --workers: a Ray cluster to join (auto, ray://HOST:PORT); default: a local Ray."
-    )
+    workers: int | None = shared("workers")
+    ray_address: str | None = shared("ray_address")
     url: str | None = setting(
         None,
         "Play the env that `envace-gym serve` serves at this URL (http://HOST:PORT), --batch sessions at once, "
         "instead of making it here (ENV_ID may be left out); the env's settings are the server's, the records "
         "the same.",
     )
-    token: str | None = setting(None, "With --url: the server's token (serve --token; default: $ENVACE_SERVE_TOKEN).")
-    resume: bool = setting(False, "Keep the records already in --out and play only the episodes they lack.")
-    overwrite: bool = setting(False, "Replace the records already in --out (without it or --resume, they are kept).")
+    token: str | None = shared("token")
+    resume: bool = shared("resume")
+    overwrite: bool = shared("overwrite")
     gold_in_records: bool = setting(
         False, "Keep the gold's details (arguments, answers, rubrics) in each record's reward_info; never with --url."
     )
@@ -111,14 +85,11 @@ class RunConfig:
     )
 
     def __post_init__(self):
+        super().__post_init__()
         check_settings(
             self,
-            {
-                COUNT: ("max_turns", "repeats", "batch", "limit", "rehearsal_horizon", "workers"),
-                NONNEGATIVE: ("rehearsal_budget",),
-                SHARE: ("p_real",),
-                SEED: ("seed",),
-            },
+            {**SHARED_RANGES, COUNT: ("repeats", "batch", "rehearsal_horizon", *SHARED_RANGES[COUNT])}
+            | {NONNEGATIVE: ("rehearsal_budget",)},
         )
 
     @property
@@ -149,42 +120,25 @@ class Run:
             return
         if c.env_id is None:
             raise ValueError("give an env id, or --url to play a served env")
-        self.env_id = env_id = resolve_env(c.env_id)
-        max_turns = c.max_turns
-        if max_turns is None and c.agent.startswith("hf:"):
-            max_turns = play_settings(c.agent.removeprefix("hf:")).get("max_turns")
+        checkpoint = c.agent.startswith("hf:") and play_settings(c.agent.removeprefix("hf:")).get("max_turns")
         self.on_turn: Callable[[int, float], None] | None = None  # run_batched's, for a caller to set
-        # the options given (an unset one keeps the env's own default, or its registration's)
-        given: dict[str, Any] = {"reward": c.reward, "max_turns": max_turns, "simulator": c.simulator}
+        self.resolved = resolved = c.resolve(max_turns=checkpoint or None)  # the env's settings, decided once
+        self.env_id, self.make_kwargs = resolved.env_id, resolved.make_kwargs
         if c.gold_in_records:
-            given["gold_in_info"] = True
-        if not is_default(c, "p_real"):
-            given["p_real"] = c.p_real
-        if not is_default(c, "user"):
-            given.update(user_option(c.user))
-        self.make_kwargs = env_kwargs(
-            env_id, c.split, c.task_ids, dynamics=c.dynamics, **{k: v for k, v in given.items() if v is not None}
-        )
-        if get_dynamics(c.dynamics).answers == "router":  # one router for the run's envs (each Ray worker: its copy)
-            self.make_kwargs["router"] = FidelityRouter()
-        self.envs = make_envs(env_id, c.batch if c.workers is None else 1, **self.make_kwargs)
-        inner, dynamics = unwrap(self.envs[0]), get_dynamics(c.dynamics)
-        if inner.reward is None:  # none given or registered: the one default (a registered reward is kept)
-            tasks = [inner.suite.task(t) for t in inner.task_ids]
-            reward = default_reward(inner.suite, c.dynamics, tasks, purpose="run")
-            if reward is not None:
-                self.make_kwargs["reward"] = reward
-                for env in self.envs:
-                    unwrap(env).reward = reward
+            self.make_kwargs["gold_in_info"] = True
+        self.envs = make_envs(self.env_id, c.batch if c.workers is None else 1, **self.make_kwargs)
+        inner, dynamics = unwrap(self.envs[0]), resolved.dynamics
         self.max_turns = inner.max_turns or 50  # for the run's time estimate
+        # a reward given scores the calls alike under any dynamics, and so does replay
         self.reward_note = (
             None
-            if dynamics.answers == "world" or inner.reward  # a reward given scores the calls alike under any dynamics
+            if dynamics.all_real or resolved.given or resolved.reward == "replay"
             else reward_note(dynamics.default_reward, "this suite's world cannot be rebuilt here to replay the calls")
         )
-        # reward_source may differ by episode: --reward's, else the dynamics' default or, for a task without
-        # gold, the suite's judge (and None where the episode ended unscored): a record may have any of them
-        rewards = [inner.reward] if inner.reward else [dynamics.default_reward, inner.suite.judge_reward()]
+        # reward_source may differ by episode where the run left the reward to each: the dynamics' default
+        # or, for a task without gold, the judge (and None where the episode ended unscored)
+        judge = resolved.judge or inner.suite.judge_reward()
+        rewards = [inner.reward] if inner.reward else [dynamics.default_reward, judge]
         spec = self.envs[0].spec
         assert spec is not None  # gym.make's
         settings = {
@@ -203,7 +157,7 @@ class Run:
                 )
             self.agent = agents.with_rehearsal(self.agent, self.envs[0], **c.rehearsal)
             settings["agent"] = self.agent.name
-        check_reward_available(self.envs[0])
+        check_reward_available(inner.reward or judge)
         self._plan(inner.task_ids, settings)
 
     def _plan(self, task_ids: list[str], settings: dict) -> None:
@@ -315,53 +269,6 @@ def is_default(config: RunConfig, name: str) -> bool:
     return getattr(config, name) == RunConfig.__dataclass_fields__[name].default
 
 
-def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwargs) -> dict:
-    """``gym.make`` arguments with the tasks asked for: ``task_ids`` each one id or several comma-separated,
-    ``FIRST..LAST`` being every task from FIRST to LAST in the split's order."""
-    if split is not None:
-        kwargs["split"] = split
-    if task_ids:
-        ids = given_ids(task_ids)
-        if any(".." in t for t in ids):
-            ids = expand_ranges(ids, registration.suite(env_id, split if split is not None else "default").task_ids)
-        kwargs["task_ids"] = ids
-    return kwargs
-
-
-def given_ids(task_ids: list[str]) -> list[str]:
-    """``--task-ids`` values as ids: each value one id or several comma-separated."""
-    return [t.strip() for v in task_ids for t in v.split(",") if t.strip()]
-
-
-def expand_ranges(ids: list[str], order: list[str]) -> list[str]:
-    """``ids`` with each ``FIRST..LAST`` replaced by the ids from FIRST to LAST in ``order``."""
-    out = []
-    for item in ids:
-        first, dots, last = item.partition("..")
-        if not dots:
-            out.append(item)
-            continue
-        missing = [t for t in (first, last) if t not in order]
-        if missing:
-            raise ValueError(f"--task-ids {item}: no task {missing[0]!r} in the selected split")
-        a, b = order.index(first), order.index(last)
-        if a > b:
-            raise ValueError(f"--task-ids {item}: {first!r} comes after {last!r} in the split's order")
-        out += order[a : b + 1]
-    return out
-
-
-def user_option(spec: str) -> dict:
-    """The ``gym.make`` arguments of a user: ``scripted`` (or another suite user name), or
-    ``llm:MODEL@BASE_URL[?timeout=S...]``."""
-    if not spec.startswith("llm:"):
-        return {"user": spec}
-    model, base_url, options = parse_spec(spec, "llm:")
-    if "max_reply_bytes" in options:
-        raise ValueError(f"{spec!r}: a user takes timeout and max_retries (max_reply_bytes is a judge's option)")
-    return {"user": "llm", "user_kwargs": {"model": model, "base_url": base_url, **options}}
-
-
 def reward_note(used: str, why: str) -> str:
     """What ``run`` says of a mean scored by the dynamics' default ``used``, for ``why``: which reward it is,
     and that a real run's mean compares only when scored by the same (the ``--reward`` to give both)."""
@@ -372,12 +279,8 @@ def reward_note(used: str, why: str) -> str:
     )
 
 
-def check_reward_available(env: gym.Env) -> None:
+def check_reward_available(reward) -> None:
     """Refuse to start a run whose reward cannot be computed (a judge that is not configured)."""
-    inner = unwrap(env)
-    reward = inner.reward
-    if reward is None and inner.task_ids:
-        reward = default_reward(inner.suite, inner.dynamics, [inner.suite.task(inner.task_ids[0])])
     unavailable = getattr(reward, "unavailable", None)
     if unavailable:
         raise ValueError(f"the {getattr(reward, '__name__', 'reward')} reward cannot be computed here: {unavailable}")

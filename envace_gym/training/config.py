@@ -146,13 +146,13 @@ class TrainConfig:
                 SEED: ("seed",),
             },
         )
-        answers = get_dynamics(self.dynamics).answers
-        if self.world_model_coef and answers not in ("world", "either", "router"):
+        dynamics = get_dynamics(self.dynamics)
+        if self.world_model_coef and not dynamics.asks_world:
             raise ValueError(
                 f"world_model_coef learns from real tool responses: dynamics {self.dynamics!r} runs no real call "
                 "(real, shadow, mixed or adaptive do)"
             )
-        if (self.world_model_gate or self.real_call_budget is not None) and answers != "router":
+        if (self.world_model_gate or self.real_call_budget is not None) and not dynamics.routes:
             raise ValueError(
                 "world_model_gate and real_call_budget route by the adaptive router: use dynamics adaptive"
             )

@@ -93,7 +93,7 @@ class Trainer(TrainingLoop):
             **config.env_kwargs,
         )
         # adaptive dynamics: one router for this process's envs (Ray rollout workers: each its own copy)
-        routes = get_dynamics(config.dynamics).answers == "router"
+        routes = get_dynamics(config.dynamics).routes
         self.router = FidelityRouter(budget=config.real_call_budget) if routes else None
         n_envs = len(self._my_tasks(range(config.tasks_per_step))) * config.group_size
         if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel

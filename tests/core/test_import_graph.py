@@ -82,7 +82,7 @@ LAYERS = (
     ("suites", {"suites"}),
     ("env", {"env", "wrappers"}),
     ("agents", {"agents"}),
-    ("playing", {"registration", "play", "envs", "__init__"}),
+    ("playing", {"registration", "env_settings", "play", "envs", "__init__"}),
     ("above", {"training", "evaluation", "integrations", "fixtures", "viewer", "cli"}),
 )  # fmt: skip
 #: the upward imports allowed, each with its reason
@@ -207,3 +207,50 @@ def test_one_episode_loop():
             if stepped and _calls_of(func, "reset"):
                 found.add(f"{path.relative_to(ROOT.parent).as_posix()}:{func.name}")
     assert found == STEPPERS
+
+
+def _literals(node: ast.expr) -> set[str]:
+    """The strings of a literal operand: a string, or a tuple, list or set of them."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)}
+
+
+def dynamics_comparisons(tree: ast.AST) -> list[str]:
+    """The comparisons in ``tree`` that decide by a dynamics' name or its ``answers``: a dynamics name (or
+    an answerer) as a literal compared with an ``.answers`` attribute or with an operand that names a
+    dynamics (``dynamics``, ``.dynamics``, ``DYNAMICS[...]``)."""
+    from envace_gym.dynamics import ANSWERERS, DYNAMICS
+
+    names = {*DYNAMICS, *ANSWERERS}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        answers = any(isinstance(o, ast.Attribute) and o.attr == "answers" for o in operands)
+        named = any(_literals(o) & names for o in operands)
+        about = any("dynamics" in ast.unparse(o).lower() for o in operands if not _literals(o))
+        if named and (answers or about):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_no_caller_decides_by_a_dynamics_name():
+    """What a dynamics does is its registry entry's to say (envace_gym/dynamics.py): no other module
+    compares a dynamics' name (``dynamics == "rehearsed"``) or its ``answers`` string."""
+    found = {
+        path.relative_to(ROOT.parent).as_posix(): comparisons
+        for path in ROOT.rglob("*.py")
+        if path.name != "dynamics.py" or path.parent != ROOT
+        for comparisons in [dynamics_comparisons(ast.parse(path.read_text()))]
+        if comparisons
+    }
+    assert not found
+
+
+def test_the_guard_finds_a_dynamics_name_compared():
+    code = 'a = config.dynamics == "rehearsed"\nb = get(name).answers in ("world",)\nc = c["source"] == "real"'
+    assert dynamics_comparisons(ast.parse(code)) == [
+        "config.dynamics == 'rehearsed'",
+        "get(name).answers in ('world',)",
+    ]

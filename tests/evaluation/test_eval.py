@@ -1,6 +1,7 @@
 """envace-gym eval: the paper's table and its files, and its numbers against tau2's and bfcl-eval's own scoring."""
 
 import json
+import re
 import statistics
 
 import gymnasium as gym
@@ -14,6 +15,7 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.cli import app
+from envace_gym.cli.output import console
 from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation, markdown
 from envace_gym.evaluation.benchmarks import bfcl_category, bfcl_score
 from envace_gym.evaluation.results import figure
@@ -293,15 +295,25 @@ def test_a_partial_run_is_marked_partial_in_the_json_the_table_and_the_plot(tmp_
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
     out = tmp_path / "eval"
+    monkeypatch.setattr(console, "_force_terminal", True)  # a terminal: the table is drawn, not printed as Markdown
     result = runner.invoke(app, ["eval", "--suites", "EnvACE/tau2-airline-v0", "--limit", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    printed = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", result.output)
+    assert "───" in printed and "|---" not in printed  # rich's drawn table, not the Markdown source
     results = EvalResults.model_validate_json((out / "results.json").read_text())
     (tau2,) = results.benchmarks
     assert tau2.score == 100.0 and tau2.partial and not results.comparable
     assert tau2.coverage["airline"].startswith("1/") and "(not run)" in tau2.coverage["retail"]
     assert tau2.tasks == 1 < tau2.full_tasks
+    assert "tau2 EnvACE/tau2-airline-v0: 1 episodes played, mean reward 1.000, 0 failed" in printed  # a line a run
     table = (out / "results.md").read_text()
     assert "| 100.00 (partial) |" in table and "not comparable with the reported rows" in table
     (fig,) = figures
     assert any("partial" in label.get_text() for label in fig.axes[0].get_xticklabels())
     assert any(bar.get_hatch() for bar in fig.axes[0].patches)
+
+
+def test_a_bfcl_group_none_of_whose_categories_ran_is_not_run_not_zero():
+    scored = bfcl_score({"EnvACE/bfcl-multi-turn-base-v0": [1.0, 0.0]})
+    assert scored["parts"]["multi_turn"] == pytest.approx(12.5)  # base 50 of four categories' unweighted mean
+    assert scored["parts"]["non_live"] is None and scored["parts"]["agentic"] is None

@@ -465,7 +465,7 @@ def offered_dynamics(default: str, allow: tuple[str, ...] | list[str] = ()) -> t
     named = [n.strip() for item in allow for n in item.split(",") if n.strip()]
     for name in (default, *named):
         dynamics_registry.get(name)
-    if default == "replay" and "replay" not in named:
+    if dynamics_registry.get(default).replays and default not in named:
         raise ValueError(
             "serving replay dynamics answers any call from the gold recordings: name it in allow_dynamics "
             "(--allow-dynamics replay) to serve it"

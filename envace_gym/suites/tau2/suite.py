@@ -82,6 +82,7 @@ class Tau2Suite(Suite):
     """One tau2 domain. Build it with :func:`get_suite`, which shares one per process."""
 
     transfer_tool = "transfer_to_human_agents"
+    users = ("scripted", "llm")
 
     def __init__(self, domain: str):
         if domain not in DOMAINS:

@@ -76,6 +76,9 @@ class VitaSuite(Suite):
     """One VitaBench task set (``delivery``, ``instore``, ``ota`` or ``cross_domain``). Build it with
     :func:`get_suite`."""
 
+    users = ("scripted", "llm")
+    judge_spec = "vitabench"
+
     def __init__(self, domain: str):
         if domain not in TASK_SETS:
             raise ValueError(f"unknown VitaBench domain {domain!r}; choose from {TASK_SETS}")
