@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envace_gym import registration
+from envace_gym import agents, registration
 from envace_gym.config_fields import COUNT, SEED, SHARE, check_settings, setting
 from envace_gym.dynamics import DYNAMICS, Dynamics
 from envace_gym.dynamics import get as get_dynamics
@@ -75,11 +75,13 @@ class EnvSettings:
         if self.judge is not None:
             parse_spec(self.judge, "")
 
-    def resolve(self, max_turns: int | None = None) -> Resolved:
+    def resolve(self, max_turns: int | None = None, per_episode: bool = False) -> Resolved:
         """The env's ``gym.make`` keywords, its reward and its router, decided once for a run's envs
         (``max_turns``: the limit where none is set, e.g. a checkpoint's). A setting left at its default
         is left out, so the env's registration keeps its own; the reward, unless given or registered, is
-        :func:`~envace_gym.rewards.default_reward`'s for the run's tasks (None: each episode's own)."""
+        :func:`~envace_gym.rewards.default_reward`'s for the run's tasks (None: each episode's own).
+        ``per_episode``: the envs' episodes may choose their dynamics (a server's sessions): no default
+        reward is decided, and each env gets its own router."""
         if self.env_id is None:
             raise ValueError("give an env id")
         env_id, dynamics = resolve_env(self.env_id), get_dynamics(self.dynamics)
@@ -88,12 +90,12 @@ class EnvSettings:
         kwargs.update({k: v for k, v in options.items() if v is not None})
         if self.user != "scripted":
             kwargs.update(user_option(self.user))
-        router = FidelityRouter() if dynamics.routes else None  # one for the run's envs (a Ray worker: its copy)
-        if router is not None:
+        router = FidelityRouter() if dynamics.routes and not per_episode else None  # one for the run's envs
+        if router is not None:  # (a Ray worker: its copy)
             kwargs["router"] = router
         reward: str | RewardFn | None = self.reward or registered(env_id).get("reward")
         given, judge = reward is not None, None
-        if reward is None:
+        if reward is None and not per_episode:
             suite, _, ids = registration.suite(env_id, self.split if self.split is not None else "default")
             if self.judge is not None:
                 judge = SPEC_REWARDS[suite.judge_spec](f"{suite.judge_spec}:{self.judge}")
@@ -124,6 +126,10 @@ class Resolved:
 class _Shared:
     """The settings that commands share besides the env's (one definition each, taken by :func:`shared`)."""
 
+    agent: str = setting("oracle", f"Agent: {agents.NAMES} (an Agent subclass; PATH.py:CLASS too).")
+    agent_kwargs: dict = setting(
+        {}, "KEY=VALUE for the agent, e.g. max_new_tokens=64 (repeat; values are JSON where they parse)."
+    )
     limit: int | None = setting(None, "Only the first N of the selected tasks.")
     seed: int = setting(0, "Seed of the first episode (then +1 each).")
     workers: int | None = setting(
@@ -136,8 +142,8 @@ class _Shared:
     overwrite: bool = setting(False, "Replace the records already in --out (without it or --resume, they are kept).")
     token: str | None = setting(
         None,
-        "The shared secret of `envace-gym serve` (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=); "
-        "default: $ENVACE_SERVE_TOKEN.",
+        "The shared secret of `envace-gym serve` (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=; "
+        "serve it whenever --host is not a loopback address); default: $ENVACE_SERVE_TOKEN.",
     )
 
 
@@ -152,6 +158,11 @@ def shared(name: str, default: Any = MISSING) -> Any:
     if default is MISSING:
         default = found.default if found.default_factory is MISSING else found.default_factory()
     return setting(copy(default), found.metadata["help"])
+
+
+def shared_names() -> set[str]:
+    """The names of the settings :func:`shared` gives."""
+    return {f.name for cls in (EnvSettings, _Shared) for f in fields(cls)}
 
 
 def registered(env_id: str) -> dict:

@@ -134,7 +134,7 @@ def _load_agent(name: str, env):
 def _register(env_id: str, entry_point: Callable, defaults: dict) -> None:
     # The env enforces its own turn limit and reports it as truncation. Gymnasium's passive
     # checker is off: after a first reset that raised (a bad task id), it fails every later
-    # step. tests/test_env.py runs gymnasium's check_env on every suite. ScoreTruncated sits
+    # step. tests/core/test_gym_conformance.py runs gymnasium's check_env on every suite. ScoreTruncated sits
     # outside the TimeLimit that max_episode_steps= adds: a cut episode is scored (wrappers.py).
     gym.registry.pop(env_id, None)
     gym.register(

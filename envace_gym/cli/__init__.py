@@ -12,6 +12,8 @@ import typer
 from envace_gym.cli import envs, episodes, evaluation, training
 from envace_gym.cli.options import config_command
 from envace_gym.evaluation import EvalConfig
+from envace_gym.integrations.openenv.config import ServeConfig
+from envace_gym.play.compare import CompareConfig
 from envace_gym.play.run import RunConfig
 from envace_gym.training.config import SFTConfig, TrainConfig
 
@@ -43,8 +45,8 @@ class App(typer.Typer):
 
 
 def build_app() -> App:
-    """The command line, with the options of ``run``, ``train`` and ``sft`` built now from their
-    config dataclasses' fields."""
+    """The command line, with the options of ``run``, ``compare``, ``eval``, ``train``, ``sft`` and ``serve``
+    built now from their config dataclasses' fields."""
     app = App(
         add_completion=False,
         no_args_is_help=False,
@@ -58,12 +60,14 @@ def build_app() -> App:
     app.command("tasks")(envs.list_tasks)
     app.command("tiny-model")(training.tiny_model_command)
     app.command("run")(config_command(episodes.run, RunConfig, episodes.RUN_FIELDS, first=episodes.RUN_PARAMS))
-    app.command("compare")(episodes.compare)
+    app.command("compare")(
+        config_command(episodes.compare, CompareConfig, episodes.RUN_FIELDS, first=episodes.RUN_PARAMS)
+    )
     app.command("eval")(config_command(evaluation.evaluate, EvalConfig, {}))
     app.command("view")(episodes.view)
     app.command("train")(config_command(training.train, TrainConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))
     app.command("sft")(config_command(training.sft, SFTConfig, training.TRAINING_FIELDS, last=(training.RESUME,)))
-    app.command("serve")(envs.serve)
+    app.command("serve")(config_command(envs.serve, ServeConfig, episodes.RUN_FIELDS, first=episodes.RUN_PARAMS))
     for command in app.registered_commands:  # the command list wraps each summary whole (click's cuts it short)
         command.short_help = " ".join((command.callback.__doc__ or "").split("\n\n")[0].split())
     return app

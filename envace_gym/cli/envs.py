@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Any, Optional
 
 import typer
@@ -10,9 +11,9 @@ from rich.table import Table
 
 import envace_gym
 from envace_gym import registration
-from envace_gym.cli.options import ENV_ARG, ENV_OPT, SPLIT, TASK_IDS, given_env
+from envace_gym.cli.options import ENV_ARG, ENV_OPT, SPLIT, config_from, given_env
 from envace_gym.cli.output import console, styled, user_errors
-from envace_gym.play.run import env_kwargs, user_option
+from envace_gym.integrations.openenv.config import ServeConfig
 from envace_gym.registration import resolve_env
 
 
@@ -88,92 +89,28 @@ def describe(env_id: str) -> dict:
     }
 
 
-def serve(
-    env_id: ENV_ARG = None,
-    env: ENV_OPT = None,
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8000,
-    max_sessions: Annotated[
-        int, typer.Option(help="Concurrent sessions (one env each); more are refused with CAPACITY_REACHED.")
-    ] = 8,
-    session_timeout: Annotated[
-        float, typer.Option(help="Seconds a session may stay idle before it is closed (0: never).")
-    ] = 300.0,
-    dynamics: Annotated[
-        str,
-        typer.Option(
-            help=f"Default dynamics ({', '.join(envace_gym.DYNAMICS)}); a client "
-            "may choose per episode in reset's options."
-        ),
-    ] = "real",
-    split: SPLIT = None,
-    task_ids: TASK_IDS = None,
-    user: Annotated[str, typer.Option(help="scripted, or llm:MODEL@BASE_URL.")] = "scripted",
-    reward: Annotated[Optional[str], typer.Option(help="Reward source (default by dynamics).")] = None,
-    max_turns: Annotated[int, typer.Option(help="Agent turns before truncation.")] = 50,
-    token: Annotated[
-        Optional[str],
-        typer.Option(
-            envvar="ENVACE_SERVE_TOKEN",
-            show_envvar=True,
-            help=(
-                "A shared secret every request must carry (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=); "
-                "set it whenever --host is not a loopback address."
-            ),
-        ),
-    ] = None,
-    allow_origin: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            help=(
-                "A browser origin allowed to use the server besides loopback ones, e.g. https://lab.example (repeat; "
-                "'*': any page)."
-            )
-        ),
-    ] = None,
-    max_connections: Annotated[
-        int, typer.Option(help="Requests in progress at once (more are answered 503), and idle connections kept.")
-    ] = 64,
-    allow_dynamics: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            help=(
-                "Dynamics a client may reset with besides --dynamics, e.g. real,rehearsed (repeat or comma-separate; "
-                "replay, which answers calls from the gold, is offered only when named)."
-            )
-        ),
-    ] = None,
-    allow_fetch: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            help=(
-                "A network (CIDR, e.g. 10.0.0.0/8) the web-search envs' fetch_url_content may reach besides public "
-                "addresses (repeat); loopback, private, link-local and reserved ones are refused otherwise."
-            )
-        ),
-    ] = None,
-) -> None:
+def serve(options: dict, env_id: str | None, env: str | None) -> None:
     """Serve an env over OpenEnv's wire protocol: one env per WebSocket session (/ws)."""
     with user_errors():
         from envace_gym.integrations.openenv.access import is_loopback
         from envace_gym.integrations.openenv.server import EnvServer, run_server
 
-        env_id = resolve_env(given_env(env_id, env))
-        kwargs = env_kwargs(
-            env_id, split, task_ids, dynamics=dynamics, reward=reward, max_turns=max_turns, **user_option(user)
-        )
-        if allow_fetch:
-            kwargs["allow_fetch"] = tuple(allow_fetch)
+        c = config_from(ServeConfig, {**options, "env_id": given_env(env_id, env)}, {"env_id": None})
+        resolved = c.resolve(per_episode=True)
+        env_id, kwargs, token = resolved.env_id, resolved.make_kwargs, c.token or os.environ.get("ENVACE_SERVE_TOKEN")
+        if c.allow_fetch:
+            kwargs["allow_fetch"] = tuple(c.allow_fetch)
         server = EnvServer(
             env_id,
-            max_sessions,
-            session_timeout or None,
+            c.max_sessions,
+            c.session_timeout or None,
             token=token,
-            allow_origins=tuple(allow_origin or ()),
-            max_connections=max_connections,
-            allow_dynamics=tuple(allow_dynamics or ()),
+            allow_origins=tuple(c.allow_origin or ()),
+            max_connections=c.max_connections,
+            allow_dynamics=tuple(c.allow_dynamics or ()),
             **kwargs,
         )
+    host, port, max_sessions = c.host, c.port, c.max_sessions
     console.print(
         f"serving {env_id} on ws://{host}:{port}/ws (OpenEnv {server.protocol}); "
         f"dynamics {', '.join(server.dynamics)}; at most {max_sessions} sessions · Ctrl-C stops",

@@ -8,20 +8,20 @@ import statistics
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
 
-from envace_gym.cli.options import ENV_ARG, ENV_OPT, LIMIT, RAY_ADDRESS, SPLIT, TASK_IDS, config_from, given_env, param
+from envace_gym.cli.options import ENV_ARG, ENV_OPT, config_from, given_env, param
 from envace_gym.cli.output import console, fail, progress, styled, user_errors
 from envace_gym.fidelity import METRICS
 from envace_gym.play.compare import CompareConfig, Comparison
 from envace_gym.play.run import Run, RunConfig
 
-RUN_FIELDS = {"env_id": None}  # given as ENV_ID or --env: RUN_PARAMS
+RUN_FIELDS = {"env_id": None}  # given as ENV_ID or --env: RUN_PARAMS (run, compare and serve)
 RUN_PARAMS = (param("env_id", ENV_ARG, None), param("env", ENV_OPT, None))
 MAX_ROWS = 50  # a longer run's table is summarised by how its episodes ended
 
@@ -192,52 +192,12 @@ def print_run(job: Run, records: list[dict]) -> None:
         raise typer.Exit(1)
 
 
-def compare(
-    env_id: ENV_ARG = None,
-    env: ENV_OPT = None,
-    agent: Annotated[str, typer.Option(help="The agent whose rehearsals are compared.")] = "knn",
-    actor: Annotated[str, typer.Option(help="The agent that takes the actions.")] = "oracle",
-    split: SPLIT = None,
-    task_ids: TASK_IDS = None,
-    limit: LIMIT = None,
-    seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
-    workers: Annotated[
-        Optional[int],
-        typer.Option(
-            help="Ray workers playing the episodes (each its own env and agents). Default: this process alone."
-        ),
-    ] = None,
-    ray_address: RAY_ADDRESS = None,
-    out: Annotated[
-        Optional[Path],
-        typer.Option(help="JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-compare.jsonl)."),
-    ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace the records already in --out.")] = False,
-    replays: Annotated[
-        int,
-        typer.Option(
-            help="Play the same episodes this many times and report how much the agent's rehearsals of the "
-            "same calls vary (exact and leaf agreement; in this process only)."
-        ),
-    ] = 1,
-) -> None:
+def compare(options: dict, env_id: str | None, env: str | None) -> None:
     """Real against rehearsed responses, call by call, in shadow episodes; table, JSONL and PNG."""
     with user_errors():
-        config = CompareConfig(
-            given_env(env_id, env),
-            agent=agent,
-            actor=actor,
-            split=split,
-            task_ids=task_ids,
-            limit=limit,
-            seed=seed,
-            workers=workers,
-            ray_address=ray_address,
-            out=out,
-            overwrite=overwrite,
-            replays=replays,
-        )
+        config = config_from(CompareConfig, {**options, "env_id": given_env(env_id, env)}, RUN_FIELDS)
         job = Comparison(config)
+    agent, actor = config.agent, config.actor
     with user_errors(), closing(job):
         for _ in track(job, total=None, description=escape(f"{job.env_id} {agent} vs real"), console=console):
             pass

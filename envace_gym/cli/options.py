@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional, Union, get_args, get_origin, get_ty
 
 import typer
 
-from envace_gym.play.run import RunConfig
+from envace_gym.env_settings import EnvSettings
 
 #: The env of a command given none.
 DEFAULT_ENV = "EnvACE/tau2-retail-v0"
@@ -153,9 +153,7 @@ def param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) ->
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-# the options that other commands share with run: its env, as ENV_ID or --env, and its tasks and workers
-ENV_ARG = Annotated[Optional[str], typer.Argument(help=field_help(RunConfig, "env_id"), show_default=False)]
+# the options that commands without a config share with run: its env, as ENV_ID or --env, and its split
+ENV_ARG = Annotated[Optional[str], typer.Argument(help=field_help(EnvSettings, "env_id"), show_default=False)]
 ENV_OPT = Annotated[Optional[str], typer.Option("--env", help="The env, as ENV_ID.", show_default=DEFAULT_ENV)]
-SPLIT, TASK_IDS, LIMIT, RAY_ADDRESS = (
-    field_option(RunConfig, name) for name in ("split", "task_ids", "limit", "ray_address")
-)
+SPLIT = field_option(EnvSettings, "split")

@@ -16,12 +16,12 @@ import gymnasium as gym
 from envace_gym import agents
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
-from envace_gym.config_fields import check_least
+from envace_gym.config_fields import COUNT, check_settings, setting
+from envace_gym.env_settings import SHARED_RANGES, EnvSettings, shared
 from envace_gym.fidelity import METRICS, fidelity, summarize
 from envace_gym.messages import escape_tags
 from envace_gym.play.loop import make_envs, run_episode
 from envace_gym.play.records import CompareRecord, OutputLock, write_record
-from envace_gym.registration import resolve_env
 from envace_gym.response import execute
 from envace_gym.wrappers import unwrap
 
@@ -82,23 +82,36 @@ def compare_chunk(worker, episodes: list[tuple[str, int]]) -> list[dict]:
 class CompareConfig:
     """``compare``'s settings: ``agent`` rehearses and ``actor`` acts in shadow episodes of ``env_id``
     (an id, or ``MODULE:ID``), episode i seeded ``seed + i``; ``workers`` Ray actors play them, or this
-    process; ``replays`` plays them that many times, for the determinism probe (:func:`determinism`)."""
+    process; ``replays`` plays them that many times, for the determinism probe (:func:`determinism`).
+    The env's settings are :class:`~envace_gym.env_settings.EnvSettings`'s (its dynamics: shadow);
+    each field's default and help are also ``envace-gym compare``'s option's."""
 
-    env_id: str
-    agent: str = "knn"
-    actor: str = "oracle"
-    split: str | None = None
-    task_ids: list[str] | None = None
-    limit: int | None = None
-    seed: int = 0
-    workers: int | None = None
-    ray_address: str | None = None
-    out: str | Path | None = None
-    overwrite: bool = False
-    replays: int = 1
+    env_id: str | None = shared("env_id")
+    agent: str = setting("knn", "The agent whose rehearsals are compared.")
+    actor: str = setting("oracle", "The agent that takes the actions.")
+    split: str | None = shared("split")
+    task_ids: list[str] | None = shared("task_ids")
+    user: str = shared("user")
+    max_turns: int | None = shared("max_turns")
+    limit: int | None = shared("limit")
+    seed: int = shared("seed")
+    workers: int | None = shared("workers")
+    ray_address: str | None = shared("ray_address")
+    out: str | Path | None = setting(
+        None, "JSONL file for the records (default: runs/NAMESPACE/ENV/AGENT-compare.jsonl)."
+    )
+    overwrite: bool = shared("overwrite")
+    replays: int = setting(
+        1,
+        "Play the same episodes this many times and report how much the agent's rehearsals of the "
+        "same calls vary (exact and leaf agreement; in this process only).",
+    )
 
     def __post_init__(self):
-        check_least(1, {"limit": self.limit, "replays": self.replays}, ["limit", "replays"], as_options=True)
+        check_settings(self, {**SHARED_RANGES, COUNT: ("replays", "max_turns", *SHARED_RANGES[COUNT])})
+        self.env_settings = EnvSettings(
+            self.env_id, self.split, self.task_ids, dynamics="shadow", user=self.user, max_turns=self.max_turns
+        )
         if self.replays > 1 and self.workers is not None:
             raise ValueError("--replays replays the episodes in this process: leave out --workers")
 
@@ -111,11 +124,11 @@ class Comparison:
     ``(task_id, error)``. :meth:`finish` writes the summary beside ``out``."""
 
     def __init__(self, config: CompareConfig):
-        from envace_gym.play.run import check_not_written, env_kwargs, records_file
+        from envace_gym.play.run import check_not_written, records_file
 
         self.config = c = config
-        self.env_id = resolve_env(c.env_id)
-        self.make_kwargs = env_kwargs(self.env_id, c.split, c.task_ids, dynamics="shadow")
+        resolved = c.env_settings.resolve()
+        self.env_id, self.make_kwargs = resolved.env_id, resolved.make_kwargs
         (self.env,) = make_envs(self.env_id, 1, **self.make_kwargs)
         self.task_ids = unwrap(self.env).task_ids[: c.limit]
         if c.workers is None:

@@ -42,10 +42,8 @@ class RunConfig(EnvSettings):
     """The settings of a run: the env's (:class:`~envace_gym.env_settings.EnvSettings`) and the agent's;
     each field's default and help are also ``envace-gym run``'s option's."""
 
-    agent: str = setting("oracle", f"Agent: {agents.NAMES} (an Agent subclass; PATH.py:CLASS too).")
-    agent_kwargs: dict = setting(
-        {}, "KEY=VALUE for the agent, e.g. max_new_tokens=64 (repeat; values are JSON where they parse)."
-    )
+    agent: str = shared("agent")
+    agent_kwargs: dict = shared("agent_kwargs")
     repeats: int = setting(1, "Episodes per task.")
     batch: int = setting(1, "Episodes stepped together, their turns generated in one act_batch.")
     seed: int = shared("seed")

@@ -195,7 +195,7 @@ STEPPERS = {
 
 
 def test_one_episode_loop():
-    """Every episode the package plays to its end goes through runner.play: no other function resets an
+    """Every episode the package plays to its end goes through play.loop.play: no other function resets an
     env and then steps it in a loop."""
     found = set()
     for path in ROOT.rglob("*.py"):

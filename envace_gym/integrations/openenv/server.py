@@ -2,7 +2,7 @@
 
 We speak the protocol on FastAPI and uvicorn instead of importing ``openenv``: its package pulls
 ``fastmcp`` 3.x, which pins ``mcp`` below 2, and the MCP suites need ``mcp`` 2.x (the wire
-protocol is the contract; ``tests/test_openenv.py`` checks it with OpenEnv's own client).
+protocol is the contract; ``tests/integrations/test_openenv.py`` checks it with OpenEnv's own client).
 
 Routes: ``/ws`` (the stateful path: ``reset``, ``step``, ``state``, ``mcp`` and ``close``
 messages), ``GET /health``, ``/metadata``, ``/schema``, ``/capacity``, ``POST /mcp``
