@@ -143,7 +143,7 @@ class _Shared:
     token: str | None = setting(
         None,
         "The shared secret of `envace-gym serve` (Authorization: Bearer TOKEN, X-EnvACE-Token or ?token=; "
-        "serve it whenever --host is not a loopback address); default: $ENVACE_SERVE_TOKEN.",
+        "set it on serve whenever --host is not a loopback address); default: $ENVACE_SERVE_TOKEN.",
     )
 
 
@@ -166,11 +166,12 @@ def shared_names() -> set[str]:
 
 
 def registered(env_id: str) -> dict:
-    """The ``gym.make`` keywords an id's registration gives (its defaults, e.g. a ``reward``)."""
+    """The ``gym.make`` keywords an id's registration gives (its defaults, e.g. a ``reward``): its
+    :class:`~envace_gym.registration.SuiteEntry`'s, its entry point's (a ``functools.partial``) and its spec's."""
     spec = gym.spec(env_id)
     entry = getattr(spec.entry_point, "args", ())
     defaults = entry[0].defaults if entry and isinstance(entry[0], registration.SuiteEntry) else {}
-    return {**spec.kwargs, **defaults}
+    return {**getattr(spec.entry_point, "keywords", {}), **spec.kwargs, **defaults}
 
 
 def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwargs) -> dict:

@@ -18,6 +18,7 @@ import gymnasium as gym
 from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
 from envace_gym.config_fields import COUNT, NONNEGATIVE, check_settings, setting
+from envace_gym.env_settings import EnvSettings, shared
 from envace_gym.evaluation.benchmarks import KNOWN, PAPER, Benchmark, absent_category, domain_name, own_benchmark
 from envace_gym.evaluation.results import (
     WORLD_METRICS,
@@ -34,7 +35,6 @@ from envace_gym.play.compare import compare_calls, determinism
 from envace_gym.play.records import OutputLock, RunRecord, id_path, safe_name, write_record
 from envace_gym.play.run import Run, RunConfig, check_not_written, given_ids
 from envace_gym.registration import resolve_env
-from envace_gym.specs import parse_spec
 from envace_gym.wrappers import unwrap
 
 
@@ -42,8 +42,8 @@ from envace_gym.wrappers import unwrap
 class EvalConfig:
     """The settings of an evaluation; each field's default and help are also ``envace-gym eval``'s option's."""
 
-    agent: str = setting("oracle", f"The agent: {agents.NAMES}.")
-    agent_kwargs: dict = setting({}, "KEY=VALUE for the agent (repeat; values are JSON where they parse).")
+    agent: str = shared("agent")
+    agent_kwargs: dict = shared("agent_kwargs")
     suites: list[str] = setting(
         ["paper"],
         "paper (BFCL v4's wrapped categories, tau2 retail, airline and telecom, VitaBench delivery and "
@@ -51,10 +51,10 @@ class EvalConfig:
         "as its path (.json or .jsonl, played offline on its recordings).",
     )
     trials: int = setting(1, "Episodes per task (tau2's pass^k for k up to this).")
-    user: str | None = setting(None, "MODEL@BASE_URL: tau2's LLM user (default: the scripted user, so labelled).")
-    judge: str | None = setting(None, "MODEL@BASE_URL: VitaBench's rubric judge (without one VitaBench is not run).")
-    limit: int | None = setting(None, "Only the first N tasks of each env.")
-    max_turns: int | None = setting(None, "Agent turns per episode (default: each env's).")
+    user: str = shared("user")
+    judge: str | None = shared("judge")
+    limit: int | None = shared("limit")
+    max_turns: int | None = shared("max_turns")
     rehearse: int = setting(0, "Also run every env under private rehearsal of N attempts per turn (0: no).")
     world_model: bool = setting(
         False, "Also score the agent as a world model (shadow episodes), beside the oracle and knn."
@@ -64,19 +64,20 @@ class EvalConfig:
         "With --world-model, play each world model's shadow episodes N times and report how much its "
         "rehearsals of the same calls vary (the determinism probe; 1: no probe).",
     )
-    workers: int | None = setting(None, "Ray workers per run (default: this process).")
+    workers: int | None = shared("workers")
     engine_logs: bool = setting(
         False, "Show a vllm: agent's engine logs (without it only its errors reach the terminal)."
     )
-    resume: bool = setting(False, "Keep the records already in OUT/records and play only what they lack.")
-    overwrite: bool = setting(
-        False, "Replace an earlier eval's results in OUT (without it or --resume, they are kept)."
-    )
+    resume: bool = shared("resume")
+    overwrite: bool = shared("overwrite")
     out: str = setting("runs/eval", "Output folder: results.json, results.md, results.png, records/.")
 
     def __post_init__(self):
+        if "@" in self.user and not self.user.startswith("llm:"):  # MODEL@BASE_URL, as eval took it first
+            self.user = f"llm:{self.user}"
         counts = ("trials", "limit", "max_turns", "replays", "workers")
         check_settings(self, {COUNT: counts, NONNEGATIVE: ("rehearse",)})
+        EnvSettings(user=self.user, judge=self.judge)  # the env's settings, checked as run checks them
         if self.replays > 1 and not self.world_model:
             raise ValueError("--replays probes the world model: give --world-model too")
 
@@ -118,9 +119,6 @@ class Evaluation:
 
     def __init__(self, config: EvalConfig):
         self.config = config
-        for spec in (config.user, config.judge):
-            if spec is not None:
-                parse_spec(spec, "")  # MODEL@BASE_URL, checked before any env is made
         self.benchmarks = benchmarks(config.suites)
         if config.workers and any(e.startswith("finmcp/") for b in self.benchmarks for e in b.env_ids):
             raise ValueError("--workers: Ray workers cannot see a FinMCP file's id; register it in a PATH.py:ID module")
@@ -192,15 +190,20 @@ class Evaluation:
         return paths
 
     def run_config(self, benchmark: Benchmark, env_id: str, rehearse: int = 0) -> RunConfig:
+        """The run of ``env_id``: the settings this eval shares with ``run`` passed as they are (the user to
+        a suite that has an LLM user, else its scripted one), plus the benchmark's split."""
         c = self.config
         kind = f"rehearse{rehearse}" if rehearse else "real"
+        llm_user = (
+            c.user != "scripted" and "llm" in registration.suite(env_id, benchmark.split or "default").suite.users
+        )
         return RunConfig(
             env_id=env_id,
             agent=c.agent,
             agent_kwargs=dict(c.agent_kwargs),
             split=benchmark.split,
-            reward=f"vitabench:{c.judge}" if benchmark.needs_judge and c.judge else None,
-            user=f"llm:{c.user}" if c.user and env_id.startswith("EnvACE/tau2-") else "scripted",
+            judge=c.judge,
+            user=c.user if llm_user else "scripted",
             max_turns=c.max_turns,
             repeats=c.trials,
             limit=c.limit,
@@ -335,7 +338,7 @@ class Evaluation:
         whole = {r.name for r in out if r.score is not None and not r.partial}
         return EvalResults(
             agent=c.agent,
-            user=c.user or "scripted",
+            user=c.user,
             judge=c.judge,
             trials=c.trials,
             limit=c.limit,

@@ -212,8 +212,9 @@ def turn_messages(obs: dict, shown: int, tools: list[dict] | None) -> list[dict]
 
 
 class EnvACEEnvConfig(vf.EnvConfig):
-    agent: vf.AgentConfig = vf.AgentConfig()
-    """The policy: it acts, and rehearses where the dynamics ask it to (``--env.agent.*``)."""
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    """The policy: it acts, and rehearses where the dynamics ask it to (``--env.agent.*``). Its harness runs
+    in this process, so its runtime is a local one, not verifiers' default remote sandbox."""
 
 
 class EnvACEEnv(vf.Env[EnvACEEnvConfig]):

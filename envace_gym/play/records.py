@@ -14,7 +14,7 @@ import warnings
 import weakref
 from itertools import accumulate
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
@@ -26,6 +26,9 @@ TEXT_COLUMNS = ("task_id", "env_id", "split", "agent", "dynamics", "reward_sourc
 #: inside them nest at most messages.MAX_JSON_DEPTH deep), far below what json and the viewer can walk.
 MAX_DEPTH = 256
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+#: what an episode is captured for (OpenEnv's capture purpose): evaluation, or a training rollout
+CapturePurpose = Literal["eval", "train"]
 
 
 class RunRecord(BaseModel):
@@ -59,6 +62,11 @@ class RunRecord(BaseModel):
     )
     dynamics: str = Field(
         description="What answered the tool calls: real, rehearsed, simulated, replay, mixed or shadow."
+    )
+    purpose: CapturePurpose = Field(
+        default="eval",
+        description="What the episode was captured for (OpenEnv's capture purpose): eval (run, eval) or train "
+        "(a training rollout); eval in records written before it was kept.",
     )
     agent: str = Field(description="The agent's name, with its private rehearsal settings if it rehearses.")
     agent_kwargs: dict[str, Any] = Field(

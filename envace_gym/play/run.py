@@ -206,7 +206,7 @@ class Run:
         self.env_id, self.max_turns, self.on_turn, self.make_kwargs = served.env_id, served.max_turns or 50, None, {}
         self.reward_note = (
             None
-            if dynamics.answers == "world" or served.reward
+            if dynamics.all_real or served.reward
             else reward_note(
                 dynamics.default_reward,
                 "the served env's default; serve --reward replay scores as a "

@@ -12,7 +12,8 @@ The roles are OpenEnv RFC 010's, plus one of this project's:
 - ``env_rehearsed``: a tool response the policy wrote itself (rehearsed dynamics).
 
 ``env_rehearsed`` is there so that no trainer takes a rehearsal for real output: each exporter below
-leaves it out of every environment-output loss.
+leaves it out of every environment-output loss (only :func:`role_weights` trains it, and only where it is
+given a weight). :data:`ECHO_EXPORTERS` writes the roles under the field names each ECHO trainer reads.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cache
 from numbers import Real
 from typing import Any
 
@@ -129,21 +131,78 @@ def row_tokens(ids: list[int], row_roles: list[int], role_ids: Mapping[str, int]
     return RoledTokens(list(ids), [names[r] for r in row_roles])
 
 
-def echo_mask(tokens: RoledTokens) -> list[int]:
-    """verl-recipe echo's ``aux_token_loss_mask``: 1 on the tokens its auxiliary cross-entropy trains,
-    the real environment's output, 0 elsewhere (a rehearsal included)."""
-    tokens.check()
-    return [int(role == "env_output") for role in tokens.roles]
+def echo_mask(tokens: RoledTokens, start: int = 0) -> list[int]:
+    """verl-recipe echo's ``aux_token_loss_mask`` over the tokens from ``start`` (its response): 1 on the
+    tokens its auxiliary cross-entropy trains, the real environment's output, 0 elsewhere (a rehearsal
+    included)."""
+    return [int(role == "env_output") for role in _from(tokens, start)]
 
 
 def trl_env_mask(tokens: RoledTokens, start: int = 0) -> list[int]:
     """TRL ``GRPOTrainer``'s ``env_mask`` over the completion (the tokens from ``start``): 1 on the
     policy's own tokens, actions and rehearsals, which its loss trains; 0 on what the environment, the
     user and the template wrote."""
+    return [int(role in ("action", "env_rehearsed")) for role in _from(tokens, start)]
+
+
+def _from(tokens: RoledTokens, start: int) -> list[str]:
+    """The roles from ``start``, once ``tokens`` and ``start`` are checked (ValueError naming the field)."""
     tokens.check()
     if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(tokens.ids):
         raise ValueError(f"start must be a whole number from 0 to {len(tokens.ids)} (the ids), got {start!r}")
-    return [int(role in ("action", "env_rehearsed")) for role in tokens.roles[start:]]
+    return tokens.roles[start:]
+
+
+def prime_rl_echo(tokens: RoledTokens, alpha: float = 0.1) -> dict[str, list]:
+    """prime-rl's ECHO (``algorithm.type = "echo"``) over a sample's tokens: ``ce_weights``, the per-token
+    weight of its ``ce`` loss (``alpha``, its ``roles.tool.alpha`` default, on the real environment's
+    output; 0 elsewhere), and ``echo_filter_mask``, the keep-mask its echo ``filter`` returns for the
+    sample: prime-rl picks tokens by chat role, and a rehearsed or refused call's response is a ``tool``
+    message too; this mask keeps only ``env_output``. ``alpha``: a finite number above 0 (ValueError)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, Real) or not math.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"alpha must be a finite number above 0, got {alpha!r}")
+    real = [role == "env_output" for role in _from(tokens, 0)]
+    return {"ce_weights": [float(alpha) if keep else 0.0 for keep in real], "echo_filter_mask": real}
+
+
+def verl_echo(tokens: RoledTokens, start: int = 0) -> dict[str, list[int]]:
+    """verl-recipe echo's field of its agent loop output (``EchoAgentLoopOutput``) over the response (the
+    tokens from ``start``): ``aux_token_loss_mask`` (:func:`echo_mask`)."""
+    return {"aux_token_loss_mask": echo_mask(tokens, start)}
+
+
+def rllm_echo(tokens: RoledTokens, start: int = 0) -> dict[str, list[int]]:
+    """rLLM's ECHO (``adv_estimator=echo``, its ``env_prediction`` term) over the response (the tokens
+    from ``start``): ``action_mask``, the policy's own tokens that its policy loss trains, and
+    ``obs_mask``, the observation tokens of its cross-entropy: the real environment's output only."""
+    return {"action_mask": trl_env_mask(tokens, start), "obs_mask": echo_mask(tokens, start)}
+
+
+def trl_echo(tokens: RoledTokens, start: int = 0, observation: bool | None = None) -> dict[str, list[int]]:
+    """TRL ``GRPOTrainer``'s fields of a ``rollout_func`` over the completion (the tokens from ``start``):
+    ``env_mask`` (:func:`trl_env_mask`) and ``tool_observation_mask``, the tokens of TRL's tool-observation
+    loss (``GRPOConfig.tool_observation_loss_weight``): the real environment's output. ``observation``:
+    whether to export ``tool_observation_mask``; None: where the installed TRL knows the field
+    (:func:`trl_knows_tool_observation`)."""
+    out = {"env_mask": trl_env_mask(tokens, start)}
+    if observation or (observation is None and trl_knows_tool_observation()):
+        out["tool_observation_mask"] = echo_mask(tokens, start)
+    return out
+
+
+@cache
+def trl_knows_tool_observation() -> bool:
+    """Whether the installed TRL's ``GRPOConfig`` has ``tool_observation_loss_weight`` (TRL's pull request
+    5832; TRL 1.16 has not); False without TRL."""
+    try:
+        from trl import GRPOConfig
+    except ImportError:
+        return False
+    return "tool_observation_loss_weight" in {f.name for f in fields(GRPOConfig)}
+
+
+#: each ECHO trainer's exporter, by the trainer's name
+ECHO_EXPORTERS = {"prime-rl": prime_rl_echo, "verl-recipe": verl_echo, "rllm": rllm_echo, "trl": trl_echo}
 
 
 def role_weights(tokens: RoledTokens, weights: Mapping[str, float]) -> list[float]:

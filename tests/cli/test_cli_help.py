@@ -63,3 +63,27 @@ def test_the_cli_reference_keeps_double_dashes_and_straight_quotes(tmp_path):
     page = (tmp_path / "out" / "index.html").read_text()
     assert "default split, or --split; 'all': every task" in page.replace("&#39;", "'")
     assert "\u2013" not in page and "\u2018" not in page and "\u2019" not in page
+
+
+#: (command, option): a flag of the same name that means another thing there (compare's --agent is the
+#: world model it scores, knn by default), or whose default is the command's own on purpose
+OWN_FLAGS = {("compare", "--agent")}
+
+
+def test_the_verbs_share_their_common_flags_text_and_default():
+    """A setting that run, compare, eval and serve share has one definition (envace_gym.env_settings):
+    the same help and the same default in each command that takes it."""
+    from envace_gym.env_settings import shared_names
+
+    names = {f"--{n.replace('_', '-')}" for n in shared_names()}
+    seen: dict[str, dict[str, tuple]] = {}
+    for command in ("run", "compare", "eval", "serve"):
+        for param in COMMANDS[command].params:
+            flag = param.opts[0]
+            if flag in names and (command, flag) not in OWN_FLAGS:
+                seen.setdefault(flag, {})[command] = (param.help, param.default)
+    common = {flag: by_command for flag, by_command in seen.items() if len(by_command) > 1}
+    assert {"--split", "--task-ids", "--limit", "--seed", "--overwrite", "--user", "--max-turns"} <= set(common)
+    assert set(common["--token"]) == {"run", "serve"} and set(common["--judge"]) >= {"run", "eval", "serve"}
+    for flag, by_command in common.items():
+        assert len(set(by_command.values())) == 1, (flag, by_command)

@@ -158,3 +158,35 @@ def test_a_real_fork_of_a_rehearsed_episode_runs_on_a_world_that_saw_its_calls()
         clone.step(actor.act(clone.observation()))
     update = clone.episode.calls[-1]
     assert update.source == "real" and update.error is None and update.world is None
+
+
+@pytest.mark.parametrize("keyword", ["p_real", "simulator", "recordings", "router"])
+def test_an_entry_holds_its_own_parameters_and_refuses_the_others(keyword):
+    from envace_gym.dynamics import PARAMETERS
+    from envace_gym.play.run import RunConfig
+
+    owners = [d for d in DYNAMICS.values() if keyword in d.parameters]
+    assert len(owners) == 1 and keyword in PARAMETERS
+    owners[0].check_keywords({keyword: object()})
+    for other in (d for d in DYNAMICS.values() if d not in owners):
+        with pytest.raises(
+            ValueError, match=f"{keyword} applies to dynamics {owners[0].name} only, not '{other.name}'"
+        ):
+            other.check_keywords({keyword: object()})
+    if keyword in ("p_real", "simulator"):  # the settings a command takes: refused before any env is made
+        value = 0.3 if keyword == "p_real" else "oracle"
+        with pytest.raises(ValueError, match=f"{keyword} applies to dynamics {owners[0].name} only, not 'real'"):
+            RunConfig("EnvACE/tau2-retail-v0", **{keyword: value})
+        RunConfig("EnvACE/tau2-retail-v0", dynamics=owners[0].name, **{keyword: value})
+
+
+def test_an_entry_says_who_answers_a_call():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    assert DYNAMICS["real"].who_answers("f", {}, rng, 0.5, None) == ("world", None)
+    assert DYNAMICS["rehearsed"].who_answers("f", {}, rng, 0.5, None) == ("policy", None)
+    assert DYNAMICS["mixed"].who_answers("f", {}, rng, 1.0, None) == ("world", None)
+    assert DYNAMICS["mixed"].who_answers("f", {}, rng, 0.0, None) == ("policy", None)
+    who, route = DYNAMICS["adaptive"].who_answers("f", {}, rng, 0.5, FidelityRouter())
+    assert who == "shadow" and route is not None  # a new router trusts no tool yet

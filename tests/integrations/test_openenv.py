@@ -56,7 +56,13 @@ def as_openenv(step: list) -> dict:
     """An in-process step as OpenEnv's client parses the server's frame."""
     obs, reward, terminated, truncated, info = step
     return {
-        "observation": {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}},
+        "observation": {
+            **obs,
+            "terminated": terminated,
+            "truncated": truncated,
+            "info": info,
+            "metadata": {"capture_purpose": "eval"},  # the default capture purpose
+        },
         "reward": reward,
         "done": terminated or truncated,
     }
@@ -176,6 +182,27 @@ def test_hostile_and_oversized_messages_get_structured_errors_and_the_session_li
         assert requests.post(f"{url}/mcp", data=b"{oops", timeout=5).json()["error"]["code"] == -32700
         schema = requests.get(f"{url}/schema", timeout=5).json()
         assert set(schema) == {"action", "observation", "state"} and "info" in schema["observation"]["properties"]
+
+
+def test_a_client_names_its_episodes_capture_purpose_on_reset_and_every_frame_carries_it():
+    with serving(EnvServer(MOCK, max_sessions=1)) as url, connect(url.replace("http", "ws") + "/ws") as ws:
+
+        def ask(kind: str, data: dict) -> dict:
+            ws.send(json.dumps({"type": kind, "data": data}))
+            return json.loads(ws.recv(timeout=30))
+
+        assert ask("state", {})["data"]["capture_purpose"] is None  # no episode yet
+        assert ask("reset", {"seed": 0})["data"]["observation"]["metadata"] == {"capture_purpose": "eval"}
+        assert ask("state", {})["data"]["capture_purpose"] == "eval"
+        assert ask("reset", {"seed": 0, "capture_purpose": "train"})["data"]["observation"]["metadata"] == {
+            "capture_purpose": "train"
+        }
+        assert ask("step", {"text": "hello"})["data"]["observation"]["metadata"] == {"capture_purpose": "train"}
+        assert ask("state", {})["data"]["capture_purpose"] == "train"
+        for bad in ("auto", ["train"], None):
+            refused = ask("reset", {"seed": 0, "capture_purpose": bad})["data"]
+            assert refused["code"] == "EXECUTION_ERROR" and "capture_purpose must be one of" in refused["message"]
+        assert ask("state", {})["data"]["capture_purpose"] == "train"  # a refused reset changes nothing
 
 
 def test_remote_env_pickles_by_url_and_vector_envs_hold_it_sync_and_async():

@@ -48,6 +48,13 @@ def test_the_schema_describes_every_written_field_in_order(written):
     assert set(schema["required"]) >= {"task_id", "seed", "reward", "agent", "ended_by"}
 
 
+def test_run_records_say_they_were_captured_for_evaluation_and_refuse_another_purpose(written):
+    assert {record["purpose"] for record in written} == {"eval"}
+    assert RunRecord.model_validate({**written[0], "purpose": "train"}).purpose == "train"
+    with pytest.raises(ValueError, match="purpose"):
+        RunRecord.model_validate({**written[0], "purpose": "auto"})
+
+
 def test_a_written_record_is_its_types_dump(written):
     for record in written:
         assert RunRecord.model_validate(record).model_dump() == record

@@ -94,6 +94,25 @@ def test_train_rehearsal(tmp_path):
 
 
 @pytest.mark.slow
+def test_rehearsal_study_room(tmp_path):
+    out = tmp_path / "room"
+    example("rehearsal_study_room.py", "--dry-run", "--sizes", "1m", "16m", "--out", out, cwd=tmp_path)
+    assert json.loads((out / "settings.json").read_text())["sizes"] == ["1m", "16m"]
+    example(
+        "rehearsal_study_room.py",
+        *("--sft-steps", 1, "--steps", 1, "--eval-every", 1, "--episodes", 1, "--group-size", 2, "--tasks-per-step", 1),
+        *("--conditions", "real", "envace", "--new-tokens", 4, "--max-turns", 1, "--out", out),
+        cwd=tmp_path,
+    )
+    (run_,) = json.loads((out / "rehearsal_study_room.json").read_text())["runs"]
+    assert (run_["size"], run_["seed"]) == ("1m", 0) and {"share", "reward", "leaf_match"} <= set(run_["warm"])
+    for name in ("real", "envace"):
+        assert [p["step"] for p in run_[name]["curve"]] == [0, 1]
+        assert set(run_[name]["leaf_match"]) == {"before", "after"}
+    assert (out / "rehearsal_study_room.png").stat().st_size > 0
+
+
+@pytest.mark.slow
 def test_trl_grpo_both_routes(tiny, tmp_path):
     out = example("trl_grpo.py", "--model", tiny, "--out", tmp_path / "trl", cwd=tmp_path)
     assert "environment_factory: one step in" in out and "rollout_func: one step in" in out

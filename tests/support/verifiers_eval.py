@@ -4,8 +4,7 @@ stdin: {"model_url": URL, "taskset": {...}, "limit": N} evaluates the envace tas
 ``--env.taskset.*`` takes it) with the model at URL, one episode at a time; or {"openenv": URL, "token":
 TOKEN, "resets": [...], "model_url": URL} plays `envace-gym serve` at URL through verifiers' own
 OpenEnvTaskset, its player on the envace harness (verifiers' own chat harnesses install a program with uv).
-verifiers 0.4.0's OpenEnv env sends no credentials: the token goes in the Authorization header of its
-clients (OpenEnv's GenericEnvClient takes ``headers``; the /schema request is httpx's).
+verifiers 0.4.0's OpenEnv env sends no credentials: :func:`send_token` gives its two clients the token.
 stdout: a JSON list, per episode its rewards, metrics, info, errors and the roles of its sampled turns.
 """
 
@@ -13,23 +12,25 @@ import asyncio
 import functools
 import json
 import sys
+import urllib.parse
 
 import httpx
 import verifiers.v1 as vf
 
 
 def send_token(token: str) -> None:
-    """Give verifiers' OpenEnv env ``token``, as ``Authorization: Bearer``, on both of its clients."""
+    """Give verifiers' OpenEnv env ``token`` on both of its clients: the WebSocket URL's ``?token=`` (openenv
+    0.4.1's GenericEnvClient takes no headers) and the /schema request's ``Authorization: Bearer``."""
     import openenv
     from verifiers.v1.tasksets.openenv import taskset as openenv_taskset
 
-    headers = {"Authorization": f"Bearer {token}"}
-
     class Client(openenv.GenericEnvClient):
         def __init__(self, *args, **kwargs):
-            super().__init__(*args, headers=headers, **kwargs)
+            super().__init__(*args, **kwargs)
+            self._ws_url = f"{self._ws_url}?{urllib.parse.urlencode({'token': token})}"
 
     openenv.GenericEnvClient = Client
+    headers = {"Authorization": f"Bearer {token}"}
     openenv_taskset.httpx = type("Httpx", (), {"AsyncClient": functools.partial(httpx.AsyncClient, headers=headers)})
 
 
@@ -38,7 +39,8 @@ def env_of(job: dict) -> vf.Env:
         return vf.load_environment(vf.resolve_env_config({"taskset": job["taskset"]}))
     send_token(job["token"])
     taskset = {"id": "openenv", "base_url": job["openenv"], "resets": job["resets"]}
-    player = {"harness": {"id": "envace-tau2-retail"}}  # the envace harness (this package exports it)
+    # the envace harness (the package exports it), in this process: a local runtime
+    player = {"harness": {"id": "envace-tau2-retail"}, "runtime": {"type": "subprocess"}}
     return vf.load_environment(vf.resolve_env_config({"taskset": taskset, "player": player}))
 
 

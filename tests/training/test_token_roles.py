@@ -8,15 +8,19 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.training.grpo import ROLE_IDS
 from envace_gym.training.token_roles import (
+    ECHO_EXPORTERS,
     ROLES,
     SOURCE_ROLES,
     RoledTokens,
     echo_mask,
     episode_tokens,
     opening_length,
+    prime_rl_echo,
     role_weights,
     row_tokens,
+    trl_echo,
     trl_env_mask,
+    trl_knows_tool_observation,
 )
 
 REFUSED = '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>'
@@ -32,10 +36,9 @@ def spans(tokens, tok) -> list[tuple[str, str]]:
     return [(role, tok.decode(ids)) for role, ids in out]
 
 
-@pytest.fixture(scope="module")
-def mixed_episode():
-    """A retail episode under mixed dynamics: real and rehearsed responses, and one refused call."""
-    env = gym.make("EnvACE/tau2-retail-v0", dynamics="mixed", p_real=0.5)
+def play(**make_kwargs):
+    """A retail episode played by the oracle after one refused call: the episode and its tools."""
+    env = gym.make("EnvACE/tau2-retail-v0", **make_kwargs)
     oracle = agents.load("oracle", env=env)
     env.reset(seed=3, options={"task_id": "5"})
     obs, reward, terminated, truncated, _ = env.step(REFUSED)
@@ -43,6 +46,18 @@ def mixed_episode():
         obs, reward, terminated, truncated, _ = env.step(oracle.act(obs))
     assert reward == 1.0
     return env.unwrapped.episode, obs["tools"]
+
+
+@pytest.fixture(scope="module")
+def mixed_episode():
+    """A retail episode under mixed dynamics: real and rehearsed responses, and one refused call."""
+    return play(dynamics="mixed", p_real=0.5)
+
+
+@pytest.fixture(scope="module")
+def rehearsed_episode():
+    """A retail episode under rehearsed dynamics: every response the policy's own."""
+    return play(dynamics="rehearsed")
 
 
 def test_every_token_has_the_role_of_whoever_wrote_it(tiny, mixed_episode):
@@ -105,6 +120,9 @@ def test_a_training_rows_roles_in_the_same_vocabulary():
         (lambda: role_weights(RoledTokens([1], ["action"]), {"action": float("nan")}), "weights['action']"),
         (lambda: role_weights(RoledTokens([1], ["action"]), {"action": "1"}), "weights['action']"),
         (lambda: trl_env_mask(RoledTokens([1], ["action"]), start=2), "start must be a whole number from 0 to 1"),
+        (lambda: trl_echo(RoledTokens([1], ["action"]), start=-1), "start must be a whole number from 0 to 1"),
+        (lambda: prime_rl_echo(RoledTokens([1], ["action"]), alpha=float("inf")), "alpha must be a finite number"),
+        (lambda: prime_rl_echo(RoledTokens([1], ["action"]), alpha=0), "alpha must be a finite number above 0"),
     ],
 )
 def test_mismatched_or_unknown_roles_and_bad_weights_are_refused_naming_the_field(make, field):
@@ -116,7 +134,7 @@ def test_mismatched_or_unknown_roles_and_bad_weights_are_refused_naming_the_fiel
 def test_tokens_changed_after_they_were_made_are_checked_by_each_exporter():
     tokens = RoledTokens([1, 2], ["action", "env_output"])
     tokens.roles.pop()
-    for export in (echo_mask, trl_env_mask, lambda t: role_weights(t, {"action": 1.0})):
+    for export in (echo_mask, trl_env_mask, lambda t: role_weights(t, {"action": 1.0}), *ECHO_EXPORTERS.values()):
         with pytest.raises(ValueError, match="roles has 1 entries for 2 ids"):
             export(tokens)
 
@@ -152,3 +170,51 @@ def test_a_policy_that_reuses_a_call_id_never_gets_a_rehearsal_exported_as_env_o
     same = [{**m, "tool_call_id": "same"} if m["role"] == "tool" else m for m in episode.messages]
     roles = [role for role, _ in spans(episode_tokens(tok, same, obs["tools"], {"same": "real"}, opening), tok)]
     assert "env_output" not in roles and "env_rehearsed" not in roles
+
+
+#: each ECHO trainer's fields of environment output (1, or a weight, where its world-model loss trains)
+ENV_OUTPUT_FIELDS = {
+    "prime-rl": ("ce_weights", "echo_filter_mask"),
+    "verl-recipe": ("aux_token_loss_mask",),
+    "rllm": ("obs_mask",),
+    "trl": ("tool_observation_mask",),
+}
+
+
+@pytest.mark.parametrize("dynamics", ["rehearsed", "mixed"])
+@pytest.mark.parametrize("trainer", sorted(ECHO_EXPORTERS))
+def test_no_echo_trainer_gets_a_rehearsed_token_as_environment_output(tiny, request, dynamics, trainer):
+    tok = AutoTokenizer.from_pretrained(tiny)
+    episode, tools = request.getfixturevalue(f"{dynamics}_episode")
+    sources = {c.id: c.source for c in episode.calls}
+    tokens = episode_tokens(tok, episode.messages, tools, sources, opening_length(episode))
+    rehearsed = [k for k, role in enumerate(tokens.roles) if role == "env_rehearsed"]
+    real = [k for k, role in enumerate(tokens.roles) if role == "env_output"]
+    assert rehearsed and bool(real) == (dynamics == "mixed")
+    start = 0 if trainer == "prime-rl" else tokens.roles.index("action")  # prime-rl's sample spans the prompt
+    options = {"prime-rl": {}, "trl": {"start": start, "observation": True}}.get(trainer, {"start": start})
+    exported = ECHO_EXPORTERS[trainer](tokens, **options)
+    for name in ENV_OUTPUT_FIELDS[trainer]:
+        values = exported[name]
+        assert len(values) == len(tokens.ids) - start, name
+        assert all(not values[k - start] for k in rehearsed), f"{name} exports a rehearsal as environment output"
+        assert all(values[k - start] for k in real), f"{name} leaves out real environment output"
+        assert sum(map(bool, values)) == len(real), name
+    policy = exported.get("env_mask") or exported.get("action_mask")
+    if policy is not None:  # the policy loss still trains the rehearsals as the policy's own tokens
+        assert all(policy[k - start] == 1 for k in rehearsed) and all(policy[k - start] == 0 for k in real)
+
+
+def test_trl_gets_tool_observation_mask_where_it_knows_the_field_or_when_asked():
+    tokens = RoledTokens([1, 2, 3, 4], ["context", "action", "env_output", "env_rehearsed"])
+    from trl import GRPOConfig
+
+    knows = "tool_observation_loss_weight" in GRPOConfig.__dataclass_fields__
+    assert trl_knows_tool_observation() is knows
+    assert ("tool_observation_mask" in trl_echo(tokens, 1)) is knows
+    assert trl_echo(tokens, 1, observation=True) == {"env_mask": [1, 0, 1], "tool_observation_mask": [0, 1, 0]}
+    assert trl_echo(tokens, 1, observation=False) == {"env_mask": [1, 0, 1]}
+    assert prime_rl_echo(tokens, alpha=0.25) == {
+        "ce_weights": [0.0, 0.0, 0.25, 0.0],
+        "echo_filter_mask": [False, False, True, False],
+    }

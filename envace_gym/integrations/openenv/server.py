@@ -13,6 +13,8 @@ answers calls from the gold recordings, only when named. Every frame is sent wit
 (:func:`~envace_gym.redaction.redact`). An observation's fields are ``role``,
 ``messages``, ``tools`` and ``tool_call`` as in-process, ``terminated`` and ``truncated``, and ``info``
 (the step's ``info`` dict, ``reward_info`` and ``reward_source`` included); ``reward`` and ``done`` are OpenEnv's.
+A reset may name the episode's ``capture_purpose`` (OpenEnv's capture purpose: ``eval``, the default, or
+``train``); each observation's ``metadata`` and the ``state`` carry it.
 
 A session opened as ``/ws?observations=delta`` (``RemoteEnv`` does) gets, in each observation, only the
 messages after the first ``messages_from`` of the observation before, and ``tools`` only when they changed
@@ -32,7 +34,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import gymnasium as gym
 from fastapi import FastAPI, Request, WebSocket
@@ -43,6 +45,7 @@ from envace_gym import dynamics as dynamics_registry
 from envace_gym.grader import without_gold
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
 from envace_gym.integrations.openenv.replies import ServedTasks
+from envace_gym.play.records import CapturePurpose
 from envace_gym.redaction import redact
 from envace_gym.wrappers import unwrap
 
@@ -97,6 +100,7 @@ class EnvACEState(BaseModel):
     dynamics: str | None = None
     role: str | None = None
     turn: int = 0
+    capture_purpose: CapturePurpose | None = None
 
 
 def jsonable(value: Any) -> Any:
@@ -153,13 +157,15 @@ class Session:
     delta: bool = False  # observations hold what is new since the last one
     sent: list = field(default_factory=list)  # the messages of the last observation sent
     sent_tools: list | None = None
+    capture_purpose: CapturePurpose = "eval"  # what the client captures the episode for (its reset's)
 
     def observation(self, obs: dict, info: dict, reward, terminated: bool, truncated: bool) -> dict:
         """An observation frame's data (with the messages and tools the client already has left out, in
         a delta session)."""
         if "reward_info" in info:  # never over the wire, whatever the env was made with
             info = {**info, "reward_info": without_gold(info["reward_info"]) or {}}
-        fields = {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": {}}
+        metadata = {"capture_purpose": self.capture_purpose}
+        fields = {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": metadata}
         if self.delta:
             messages, sent, start = obs["messages"], self.sent, 0
             while start < min(len(messages), len(sent)) and messages[start] is sent[start]:
@@ -345,18 +351,22 @@ class EnvServer:
     @staticmethod
     def _reset(session: Session, data: dict) -> str:
         """Reset's reply, as text (run in the pool: episodes may be long, and so their observations)."""
-        unknown = set(data) - {"seed", "episode_id", "options", *RESET_OPTIONS}
+        unknown = set(data) - {"seed", "episode_id", "options", "capture_purpose", *RESET_OPTIONS}
         if unknown:
             raise ValueError(
-                f"unknown reset parameters {sorted(unknown)}; give seed, episode_id, options, "
+                f"unknown reset parameters {sorted(unknown)}; give seed, episode_id, options, capture_purpose, "
                 f"{', '.join(RESET_OPTIONS)}"
             )
         seed, options = data.get("seed"), dict(data.get("options") or {})
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        purpose = data.get("capture_purpose", "eval")
+        if purpose not in get_args(CapturePurpose):
+            raise ValueError(f"capture_purpose must be one of {get_args(CapturePurpose)}, got {purpose!r:.40}")
         options.update({k: data[k] for k in RESET_OPTIONS if k in data})
         obs, info = session.env.reset(seed=seed, options=options)
         session.episode_id, session.step_count = str(data.get("episode_id") or uuid.uuid4().hex), 0
+        session.capture_purpose = purpose
         session.turn = info["turn"]
         return json.dumps(
             {"type": "observation", "data": session.observation(obs, info, None, False, False)}, default=str
@@ -385,6 +395,7 @@ class EnvServer:
             dynamics=inner.episode.dynamics,
             role=inner.role,
             turn=session.turn,
+            capture_purpose=session.capture_purpose,
         )
 
     # the app -------------------------------------------------------------------
