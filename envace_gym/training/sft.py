@@ -184,8 +184,8 @@ class SFT(TrainingLoop):
             records = load_episodes(config.source, config.max_episodes)
         if not records:
             raise ValueError(f"no episodes to train on in {config.source}")
-        if config.steps is None:  # a copy: the caller's config keeps its None
-            config = dataclasses.replace(config, steps=config.epochs * math.ceil(len(records) / config.batch))
+        steps = config.steps if config.steps is not None else config.epochs * math.ceil(len(records) / config.batch)
+        config = dataclasses.replace(config, steps=steps)  # a copy: the caller's config keeps its None
         self.cfg, self.out = config, Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.play_settings: dict = {}  # SFT plays no episode: a checkpoint keeps the players' defaults
@@ -193,7 +193,7 @@ class SFT(TrainingLoop):
             config.model,
             seed=config.seed,
             lr=config.lr,
-            steps=config.steps,
+            steps=steps,
             lora_rank=config.lora_rank,
             gradient_checkpointing=config.gradient_checkpointing,
         )

@@ -20,6 +20,7 @@ from envace_gym.play.compare import compare_calls
 from envace_gym.play.loop import run_episode
 from envace_gym.rewards import default_reward
 from envace_gym.routing import FidelityRouter
+from envace_gym.specs import parse_agent
 from envace_gym.training.config import ROLES, TrainConfig
 from envace_gym.training.grpo import ROLE_IDS, grpo_loss, token_advantages, token_logprobs
 from envace_gym.training.loop import TrainingLoop
@@ -60,7 +61,7 @@ class Trainer(TrainingLoop):
         # vllm:PATH@BASE_URL: a server that reloads the weights from OUT/engine-weights; vllm:PATH: an engine here
         engine = (
             {"weights_dir": self.out / "engine-weights"}
-            if "@" in config.model
+            if parse_agent(config.model).base_url is not None
             else {"in_process": True, **config.engine_kwargs}
         )
         self.policy = Policy(

@@ -8,7 +8,8 @@ import pytest
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.integrations.sb3 import CandidateEnv, Conversation, _parse, default_candidates
+from envace_gym.integrations.sb3 import CandidateEnv, Conversation, default_candidates
+from envace_gym.integrations.sb3.candidates import _parse
 
 sb3 = pytest.importorskip("stable_baselines3")
 MOCK = "EnvACE/tau2-mock-gen-v0"
