@@ -12,8 +12,11 @@ import numpy as np
 from envace_gym.messages import format_tool_call
 from envace_gym.tools import ToolSet
 
-ROLES = ("act", "rehearse")
-MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+#: whose generation a turn asks for (an observation's ``role``, a role trained): the policy acting, or
+#: rehearsing a tool's response
+TURN_ROLES = ("act", "rehearse")
+#: the roles a chat message may have
+CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 
 def _words(rng: np.random.Generator, n: int) -> str:
@@ -39,12 +42,12 @@ class ObservationSpace(gym.Space[dict]):
     def contains(self, x: Any) -> bool:
         if not isinstance(x, dict) or set(x) != {"role", "messages", "tools", "tool_call"}:
             return False
-        if x["role"] not in ROLES or not isinstance(x["messages"], list) or not isinstance(x["tools"], list):
+        if x["role"] not in TURN_ROLES or not isinstance(x["messages"], list) or not isinstance(x["tools"], list):
             return False
         for m in x["messages"]:
             if not (
                 isinstance(m, dict)
-                and m.get("role") in MESSAGE_ROLES
+                and m.get("role") in CHAT_ROLES
                 and (m.get("content") is None or isinstance(m.get("content"), str))
             ):
                 return False
@@ -78,7 +81,7 @@ class ObservationSpace(gym.Space[dict]):
         messages += [
             {"role": ("user", "assistant")[i % 2], "content": _words(rng, 6)} for i in range(int(rng.integers(1, 5)))
         ]
-        role = ROLES[int(rng.integers(2))]
+        role = TURN_ROLES[int(rng.integers(2))]
         call = {"id": "call_0", "name": name, "arguments": {}} if role == "rehearse" else None
         return {"role": role, "messages": messages, "tools": tools, "tool_call": call}
 

@@ -68,7 +68,7 @@ from envace_gym.fixtures import tiny_model
 from envace_gym.play.loop import run_episodes
 from envace_gym.rewards import actions_share_reward, strict_progress_reward
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
-from envace_gym.training.evaluation import fidelity, held_out
+from envace_gym.training.held_out import fidelity, held_out
 from envace_gym.training.rollout import collect
 from envace_gym.training.sft import episode_tokens, role_nll
 
@@ -262,7 +262,8 @@ class Study:
         else:
             warm, plateau = self.sft()
             self.record["warm"] = self.evaluate(_Loaded(warm), "test", None)
-            self.record["plateau"] = self.evaluate(_Loaded(plateau), "test", None)
+            same = self.record["plateau_step"] == self.record["warm_step"]  # one model: scored once
+            self.record["plateau"] = self.record["warm"] if same else self.evaluate(_Loaded(plateau), "test", None)
         self.save()
         for name in self.args.conditions:
             self.grpo(name, warm)

@@ -39,7 +39,7 @@ from envace_gym.fixtures import tiny_model
 from envace_gym.play.loop import run_episodes
 from envace_gym.play.records import write_record
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
-from envace_gym.training.evaluation import fidelity, held_out
+from envace_gym.training.held_out import fidelity, held_out
 
 CONDITIONS = {  # name: dynamics, roles trained
     "real": ("real", ["act"]),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_gym.agents.base import Agent
+from envace_gym.spaces import CHAT_ROLES
 
 SENTINEL = "\x00ENVACE_TOOL_RESPONSE\x00"
 ZERO_WIDTH_SPACE = "\u200b"
@@ -43,10 +44,6 @@ def _control_tokens(tokenizer) -> re.Pattern | None:
     return pattern
 
 
-#: The chat roles a message may have.
-ROLES = ("system", "user", "assistant", "tool")
-
-
 def _clean(pattern: re.Pattern, value: Any) -> Any:
     if isinstance(value, str):
         return pattern.sub(lambda m: m[0][0] + ZERO_WIDTH_SPACE + m[0][1:], value)
@@ -62,12 +59,13 @@ def defused(tokenizer, messages: list[dict]) -> list[dict]:
 
     Messages hold text written by models, users and tools; rendered and tokenized as
     they are, a ``<|im_start|>`` inside one would open a forged turn. Only the chat
-    template itself writes control tokens into a prompt. A role outside :data:`ROLES`
+    template itself writes control tokens into a prompt. A role outside
+    :data:`~envace_gym.spaces.CHAT_ROLES`
     (a record's forged ``role``) is refused with a ValueError.
     """
     for i, m in enumerate(messages):
-        if m.get("role") not in ROLES:
-            raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(ROLES)}")
+        if m.get("role") not in CHAT_ROLES:
+            raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(CHAT_ROLES)}")
     pattern = _control_tokens(tokenizer)
     if pattern is None:
         return messages

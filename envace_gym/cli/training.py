@@ -14,7 +14,8 @@ from envace_gym import registration
 from envace_gym.cli.options import ALL_IS_NONE, COMMAS, DEFAULT_ENV, Given, config_from, param
 from envace_gym.cli.output import console, progress, styled, user_errors
 from envace_gym.registration import resolve_env
-from envace_gym.training.config import ROLES, SFTConfig, TrainConfig
+from envace_gym.spaces import TURN_ROLES
+from envace_gym.training.config import SFTConfig, TrainConfig
 
 # the config fields that the command line gives otherwise than as themselves
 TRAINING_FIELDS = {
@@ -129,7 +130,7 @@ def _spread(record: dict) -> str:
 def _losses(record: dict, key: str) -> str:
     """``act L · rehearse L`` of a record's per-role losses under ``key/ROLE`` (a role without tokens left out)."""
     return " · ".join(
-        f"{role} {record[f'{key}/{role}']:.3f}" for role in ROLES if record.get(f"{key}/{role}") is not None
+        f"{role} {record[f'{key}/{role}']:.3f}" for role in TURN_ROLES if record.get(f"{key}/{role}") is not None
     )
 
 

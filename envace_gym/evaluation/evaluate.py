@@ -75,6 +75,8 @@ class EvalConfig:
     def __post_init__(self):
         if "@" in self.user and not self.user.startswith("llm:"):  # MODEL@BASE_URL, as eval took it first
             self.user = f"llm:{self.user}"
+        if self.user != "scripted" and not self.user.startswith("llm:"):
+            raise ValueError(f"--user {self.user!r}: give scripted, or llm:MODEL@BASE_URL (or MODEL@BASE_URL)")
         counts = ("trials", "limit", "max_turns", "replays", "workers")
         check_settings(self, {COUNT: counts, NONNEGATIVE: ("rehearse",)})
         EnvSettings(user=self.user, judge=self.judge)  # the env's settings, checked as run checks them

@@ -41,7 +41,7 @@ from envace_gym.agents.hf import HFAgent
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 from envace_gym.dynamics import DYNAMICS
 from envace_gym.messages import assistant_message
-from envace_gym.training.config import ROLES
+from envace_gym.spaces import TURN_ROLES
 from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import collect
 from envace_gym.wrappers import unwrap
@@ -399,7 +399,7 @@ def _role_wise_trainer() -> type:
             rewards = torch.tensor([float(row["episode_reward"]) for row in inputs])
             size = self.num_generations if self.model.training else self.num_generations_eval
             groups = torch.arange(len(inputs)) // size
-            counts = {role: torch.tensor([row["envace_generations"][role] for row in inputs]) for role in ROLES}
+            counts = {role: torch.tensor([row["envace_generations"][role] for row in inputs]) for role in TURN_ROLES}
             scale = self.scale_rewards != "none"
             advantages = token_advantages(rewards, groups, roles, counts, self.role_baseline, scale)
             output["advantages"] = (advantages * output["completion_mask"].cpu()).to(output["advantages"].device)

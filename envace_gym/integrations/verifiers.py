@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import httpx
@@ -244,7 +244,8 @@ class EnvACEEnv(vf.Env[EnvACEEnvConfig]):
         options = {"task_id": data.id, "dynamics": data.dynamics}
         obs, info = await asyncio.to_thread(env.reset, seed=data.seed, options=options)
         roles: list[str] = []
-        reward, shown, tools, done = 0.0, 0, None, False
+        reward: SupportsFloat = 0.0
+        shown, tools, done = 0, None, False
         async with agent.interaction(task) as interaction:
             while not done:
                 turn = turn_messages(obs, shown, tools)
@@ -256,11 +257,11 @@ class EnvACEEnv(vf.Env[EnvACEEnvConfig]):
                 roles.append(obs["role"])
                 obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, segment.last_reply)
                 done = terminated or truncated
-            trace = interaction.trace
+            trace, episode = interaction.trace, unwrap(env).episode
             trace.info["envace_roles"] = roles
             trace.info["envace"] = {
                 "reward": float(reward),
-                "ended_by": unwrap(env).episode.ended_by,
+                "ended_by": episode.ended_by if episode else None,
                 "reward_source": info.get("reward_source"),
                 "reward_info": info.get("reward_info") or {},
                 "error": info.get("error"),

@@ -9,9 +9,9 @@ from typing import ClassVar
 
 from envace_gym.config_fields import COUNT, NONNEGATIVE, POSITIVE, SEED, check_settings, setting
 from envace_gym.dynamics import get as get_dynamics
+from envace_gym.spaces import TURN_ROLES
 from envace_gym.specs import parse_agent
 
-ROLES = ("act", "rehearse")  # the roles one model is trained in
 ROLES_HELP = "Roles trained: act,rehearse | act | rehearse."
 OUT_HELP = "Output folder: metrics.jsonl, metrics.png, step-N checkpoints."
 ENV_KWARGS_HELP = "KEY=VALUE: more gym.make arguments (repeat; values are JSON where they parse)."
@@ -65,7 +65,7 @@ class TrainConfig:
     real_call_budget: int | None = setting(
         None, "Under adaptive dynamics: at most this many real calls per step (default: no cap)."
     )
-    roles: list[str] = setting(list(ROLES), ROLES_HELP)
+    roles: list[str] = setting(list(TURN_ROLES), ROLES_HELP)
     baseline: str = setting("episode", "episode or row.")
     scale_advantages: bool = setting(False, "Divide the advantages by their group's standard deviation.")
     max_new_tokens: int = setting(64, "Tokens per generation.")
@@ -179,7 +179,7 @@ class SFTConfig:
     )
     split: str | None = setting("train", "Gold episodes' split, or 'all'.")
     eval_split: str | None = setting("test", "Held-out gold episodes' split, or 'all'.")
-    roles: list[str] = setting(list(ROLES), ROLES_HELP)
+    roles: list[str] = setting(list(TURN_ROLES), ROLES_HELP)
     epochs: int = setting(1, "Passes over the episodes (when --steps is not given)." + RESUMES)
     steps: int | None = setting(None, "Updates (default: epochs × episodes / batch)." + RESUMES)
     batch: int = setting(8, "Episodes per update.")
@@ -209,8 +209,8 @@ class SFTConfig:
     def __post_init__(self):
         if not parse_agent(self.model).transformers:
             raise ValueError(f"sft trains a transformers model (hf:PATH or smollm2), got {self.model!r}")
-        if not set(self.roles) <= set(ROLES) or not self.roles:
-            raise ValueError(f"roles must be among {ROLES}, got {self.roles}")
+        if not set(self.roles) <= set(TURN_ROLES) or not self.roles:
+            raise ValueError(f"roles must be among {TURN_ROLES}, got {self.roles}")
         check_settings(
             self,
             {

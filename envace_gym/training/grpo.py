@@ -17,11 +17,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from envace_gym.training.config import ROLES
-
-#: Each token's role as a number: context (not trained), act, rehearse, or world (a real tool
-#: response in a rehearsal's place: a world-model target, no advantage).
-ROLE_IDS = {"context": 0, "act": 1, "rehearse": 2, "world": 3}
+from envace_gym.spaces import TURN_ROLES
+from envace_gym.training.tokens import ROLE_IDS
 
 
 def group_advantages(
@@ -74,7 +71,7 @@ def token_advantages(
     first = torch.zeros(len(ids), dtype=torch.long).scatter_(0, row_episode.flip(0), torch.arange(len(rewards)).flip(0))
     episode_rewards, episode_groups = rewards[first], groups[first]
     out = torch.zeros(role_ids.shape, dtype=rewards.dtype)
-    for role in ROLES:
+    for role in TURN_ROLES:
         counts = torch.zeros(len(ids), dtype=generations[role].dtype).index_add_(0, row_episode, generations[role])
         per_episode = torch.zeros_like(episode_rewards)
         for g in episode_groups.unique():
@@ -146,7 +143,7 @@ def grpo_loss(
         per_token = per_token + kl_coef * kl
     total = logprobs.new_zeros(())
     stats: dict[str, float] = {}
-    for role in ROLES:
+    for role in TURN_ROLES:
         mask = role_ids == ROLE_IDS[role]
         weight = role_weights.get(role, 0.0)
         if not mask.any() or weight == 0:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 
 from envace_gym.agents.prompting import is_inline_rehearsal, render_prompt
-from envace_gym.training.grpo import ROLE_IDS
+from envace_gym.training.tokens import ROLE_IDS, context_delta, conversation_tokens, tokenize
 
 if TYPE_CHECKING:
     from envace_gym.play.distributed import EnvPool
@@ -56,26 +56,6 @@ class Rollout:
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
 
 
-def _context_delta(rollout: Rollout, prompt: str, eos: str) -> str:
-    """The text of ``prompt`` that the sequence does not hold yet.
-
-    The last generation was appended as sampled; the template re-renders it, so
-    the delta starts where the template closes that message: after the first
-    terminator (eos or the stop string) following the previous prompt.
-    """
-    if not rollout._text:
-        return prompt
-    if rollout._closing == "":  # the last generation left the row: the rendered text goes on where _text ends
-        return prompt[len(rollout._text) :]
-    if not prompt.startswith(rollout._text):
-        raise ValueError("the chat template does not render conversations prefix-stably")
-    closing = rollout._closing or eos
-    at = prompt.find(closing, len(rollout._text))
-    if at < 0:
-        raise ValueError(f"the rendered prompt does not close the last generation with {closing!r}")
-    return prompt[at + len(closing) :] if rollout._closing else prompt[at:]
-
-
 def answered_otherwise(call_id: str, info: dict) -> bool:
     """Whether the world answered the call just rehearsed, and with other content than the rehearsal."""
     calls = info.get("tool_calls", ())
@@ -100,29 +80,17 @@ def step_all(envs, actions: list[tuple[int, str]]) -> list[tuple]:
 def world_row(tok, rollout: Rollout, obs: dict, real_ids: set[str]) -> Rollout | None:
     """The episode's conversation (its final observation ``obs``) with the content of each tool message
     answering a call in ``real_ids``, through the string that closes an inline rehearsal, tagged
-    ``world``: each where the model writes its rehearsal of that call. None when no response fits (a
-    chat template that renders the conversation differently at that point, tools that changed)."""
-    text, _ = render_prompt(tok, obs)
-    pieces: list[tuple[str, str]] = []  # (text, role) in order
-    done = 0
-    for j, m in enumerate(obs["messages"]):
-        if m["role"] != "tool" or m.get("tool_call_id") not in real_ids:
-            continue
-        pending = {"id": m["tool_call_id"], "name": m.get("name")}  # all an inline prompt shows of the call
-        prefix, stop = render_prompt(
-            tok, {"role": "rehearse", "messages": obs["messages"][:j], "tools": obs["tools"], "tool_call": pending}
-        )
-        closing, end = stop or tok.eos_token, len(prefix) + len(m["content"])
-        at = text.find(closing, end)
-        if len(prefix) < done or not text.startswith(prefix + m["content"]) or at < 0 or text[end:at].strip():
-            continue
-        pieces += [(text[done : len(prefix)], "context"), (text[len(prefix) : at + len(closing)], "world")]
-        done = at + len(closing)
-    if not pieces:
+    ``world``: each where the model writes its rehearsal of that call
+    (:func:`~envace_gym.training.tokens.conversation_tokens`). None when no response fits (a chat template
+    that renders the conversation differently at that point, tools that changed)."""
+    messages = obs["messages"]
+    real = {j: "world" for j, m in enumerate(messages) if m["role"] == "tool" and m.get("tool_call_id") in real_ids}
+    pieces = conversation_tokens(tok, render_prompt(tok, obs)[0], messages, obs["tools"], real)
+    if len(pieces) == 1:  # the context alone
         return None
     row = Rollout(task_id=rollout.task_id, group=rollout.group, episode=rollout.episode)
-    for piece, role in pieces + [(text[done:], "context")]:
-        row.extend(tok(piece, add_special_tokens=False)["input_ids"], role)
+    for ids, role in pieces:
+        row.extend(ids, role)
     row.reward, row.info = rollout.reward, rollout.info
     return row
 
@@ -170,12 +138,11 @@ def collect(
             text, stop = render_prompt(tok, obs)
             if obs["role"] == "rehearse" and not is_inline_rehearsal(obs):
                 row = Rollout(task_id=rollouts[i].task_id, group=rollouts[i].group, episode=rollouts[i].episode)
-                row.extend(tok(text, add_special_tokens=False)["input_ids"], "context")
+                row.extend(tokenize(tok, text), "context")
                 extra.append(row)
             else:
                 row = rollouts[i]
-                delta = _context_delta(row, text, tok.eos_token)
-                row.extend(tok(delta, add_special_tokens=False)["input_ids"], "context")
+                row.extend(tokenize(tok, context_delta(row._text, row._closing, text, tok.eos_token)), "context")
                 row._text = text
             rows.append(row)
             prompts.append(list(row.ids))

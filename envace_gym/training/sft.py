@@ -24,60 +24,40 @@ import numpy as np
 import torch
 
 from envace_gym import agents
-from envace_gym.agents.prompting import ROLES as PROMPT_ROLES
 from envace_gym.agents.prompting import render_prompt
 from envace_gym.messages import MAX_JSON_DEPTH, json_depth
 from envace_gym.play.loop import run_episodes
 from envace_gym.play.records import rows
-from envace_gym.training.config import ROLES, SFTConfig
-from envace_gym.training.grpo import ROLE_IDS, token_logprobs
+from envace_gym.spaces import CHAT_ROLES, TURN_ROLES
+from envace_gym.training.config import SFTConfig
+from envace_gym.training.grpo import token_logprobs
 from envace_gym.training.loop import TrainingLoop
 from envace_gym.training.policy import Policy
-from envace_gym.training.rollout import Rollout, _context_delta
+from envace_gym.training.tokens import ROLE_IDS, conversation_tokens
 from envace_gym.wrappers import unwrap
 
 Sequence = tuple[list[int], list[int]]  # token ids and their roles (ROLE_IDS)
 
 
 def episode_tokens(tokenizer, record: dict) -> Sequence:
-    """The ids and roles of one ``run`` record's episode, as :func:`~envace_gym.training.rollout.collect` tags them.
+    """The ids and roles of one ``run`` record's episode, as :func:`~envace_gym.training.rollout.collect` tags them
+    (:func:`~envace_gym.training.tokens.conversation_tokens`).
 
     After the opening (context), an assistant message is ``act`` from where the generation
     prompt ends through the end-of-turn token; a tool message of a real call is ``rehearse``
     from where its content begins through the template's closing of it (the stop string
-    of an inline rehearsal); the text in between is context, tokenized as the deltas a
-    rollout appends.
+    of an inline rehearsal); the text in between is context, as the deltas a rollout appends.
     """
     messages, tools, real = record["messages"], record["tools"], set(record["real_call_ids"])
-    row = Rollout(task_id=str(record.get("task_id")), group=0)
-    for i in range(record["opening_messages"], len(messages)):
-        message = messages[i]
-        if message["role"] == "assistant":
-            obs = {"role": "act", "messages": messages[:i], "tools": tools}
-        elif message["role"] == "tool" and message["tool_call_id"] in real:
-            obs = {
-                "role": "rehearse",
-                "messages": messages[:i],
-                "tools": tools,
-                "tool_call": {"id": message["tool_call_id"], "name": message["name"]},
-            }
-        else:
-            continue
-        prompt, stop = render_prompt(tokenizer, obs)
-        row.extend(_tokenize(tokenizer, _context_delta(row, prompt, tokenizer.eos_token)), "context")
-        # the conversation through this message, rendered as the next prompt would be
-        after, _ = render_prompt(tokenizer, {"role": "act", "messages": messages[: i + 1], "tools": tools})
-        closing = stop or tokenizer.eos_token
-        end = after.find(closing, len(prompt))
-        if not after.startswith(prompt) or end < 0:
-            raise ValueError(f"the chat template does not render message {i} where its prompt ends")
-        row.extend(_tokenize(tokenizer, after[len(prompt) : end + len(closing)]), obs["role"])
-        row._text, row._closing = prompt, closing
-    return row.ids, row.roles
-
-
-def _tokenize(tokenizer, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    roles = {
+        i: "act" if m["role"] == "assistant" else "rehearse"
+        for i, m in enumerate(messages)
+        if i >= record["opening_messages"]
+        and (m["role"] == "assistant" or (m["role"] == "tool" and m["tool_call_id"] in real))
+    }
+    text, _ = render_prompt(tokenizer, {"role": "act", "messages": messages, "tools": tools})
+    pieces = conversation_tokens(tokenizer, text, messages, tools, roles, strict=True, trailing=False)
+    return [i for ids, _ in pieces for i in ids], [ROLE_IDS[role] for ids, role in pieces for _ in ids]
 
 
 def gold_episodes(
@@ -115,8 +95,8 @@ def check_record(record) -> dict:
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise ValueError("'messages' must be a list of message objects")
     for i, m in enumerate(messages):
-        if m.get("role") not in PROMPT_ROLES:
-            raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(PROMPT_ROLES)}")
+        if m.get("role") not in CHAT_ROLES:
+            raise ValueError(f"message {i} has role {str(m.get('role'))[:40]!r}; roles are {', '.join(CHAT_ROLES)}")
         calls = m.get("tool_calls")
         if calls is not None and not (isinstance(calls, list) and all(map(_is_call, calls))):
             raise ValueError(
@@ -153,12 +133,12 @@ def role_nll(model, sequences: list[Sequence], pad_id: int) -> dict[str, tuple[t
     roles = torch.tensor([r + [ROLE_IDS["context"]] * (width - len(r)) for _, r in sequences])
     device = next(model.parameters()).device
     nll = -token_logprobs(model, ids.to(device), mask.to(device)).cpu()
-    return {role: (nll[roles == ROLE_IDS[role]].sum(), int((roles == ROLE_IDS[role]).sum())) for role in ROLES}
+    return {role: (nll[roles == ROLE_IDS[role]].sum(), int((roles == ROLE_IDS[role]).sum())) for role in TURN_ROLES}
 
 
 def held_out_loss(model, sequences: list[Sequence], pad_id: int, batch: int = 4) -> dict[str, float | None]:
     """Per-token NLL of each role over ``sequences`` (None for a role they lack)."""
-    sums = {role: [0.0, 0] for role in ROLES}
+    sums = {role: [0.0, 0] for role in TURN_ROLES}
     with torch.no_grad():
         for at in range(0, len(sequences), batch):
             for role, (total, count) in role_nll(model, sequences[at : at + batch], pad_id).items():
@@ -224,15 +204,15 @@ class SFT(TrainingLoop):
         cfg, n = self.cfg, len(self.sequences)
         rows = [self.sequences[self.order[(self.cursor + i) % n]] for i in range(min(cfg.batch, n))]
         self.cursor += len(rows)
-        counts = {role: sum(r.count(ROLE_IDS[role]) for _, r in rows) for role in ROLES}
+        counts = {role: sum(r.count(ROLE_IDS[role]) for _, r in rows) for role in TURN_ROLES}
         trained = [role for role in cfg.roles if counts[role]]
-        sums = dict.fromkeys(ROLES, 0.0)
+        sums = dict.fromkeys(TURN_ROLES, 0.0)
         policy = self.policy
         policy.train_model.train()
         policy.optimizer.zero_grad()
         for at in range(0, len(rows), cfg.minibatch):
             parts = role_nll(policy.train_model, rows[at : at + cfg.minibatch], self.tokenizer.pad_token_id)
-            for role in ROLES:
+            for role in TURN_ROLES:
                 sums[role] += parts[role][0].item()
             if trained:  # the batch's token mean of each trained role, accumulated over minibatches
                 policy.accelerator.backward(sum(parts[role][0] / counts[role] for role in trained))
@@ -249,7 +229,7 @@ class SFT(TrainingLoop):
             "tokens_per_s": tokens / (time.perf_counter() - start),
             "lr": lr,
         }
-        for role in ROLES:
+        for role in TURN_ROLES:
             record[f"loss/{role}"] = sums[role] / counts[role] if counts[role] else None
             record[f"tokens/{role}"] = counts[role]
         return record

@@ -24,9 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from numbers import Real
-from typing import Any
 
-from envace_gym.agents.prompting import defused, defused_tools, render_prompt
+from envace_gym.training.tokens import conversation_tokens, rendered
 
 #: the roles, RFC 010's four and ``env_rehearsed``
 ROLES = ("context", "action", "env_output", "warning", "env_rehearsed")
@@ -73,39 +72,16 @@ def episode_tokens(
     earlier turns), or a response whose id answers more than one tool message (the env gives each call an
     id of its own; a record made otherwise may not), is left ``context``: no token gets a role it may not
     have, and no rehearsal is ever taken for environment output."""
-    clean = defused(tokenizer, messages)
-    answers = Counter(str(m.get("tool_call_id")) for m in clean if m["role"] == "tool")
-    full = tokenizer.apply_chat_template(clean, tools=defused_tools(tokenizer, tools), tokenize=False)
-    eos = tokenizer.eos_token or ""
-    pieces: list[tuple[int, int, str]] = []  # (start, end, role) in the rendered text
-    obs: dict[str, Any]
-    for j, m in enumerate(clean):
-        if j < opening:
-            continue
-        if m["role"] == "assistant":
-            obs = {"role": "act", "messages": messages[:j], "tools": tools, "tool_call": None}
-            start = len(render_prompt(tokenizer, obs)[0])
-            at = full.find(eos, start) if eos else -1
-            end = at + len(eos) if at >= 0 else start
-            role = "action"
-        elif m["role"] == "tool":
-            call = {"id": m.get("tool_call_id"), "name": m.get("name")}
-            obs = {"role": "rehearse", "messages": messages[:j], "tools": tools, "tool_call": call}
-            start = len(render_prompt(tokenizer, obs)[0])
-            end = start + len(m["content"]) if full.startswith(m["content"], start) else start
-            key = str(call["id"])
-            role = SOURCE_ROLES.get(sources.get(key, ""), "context") if answers[key] == 1 else "context"
-        else:
-            continue
-        if pieces and start < pieces[-1][1]:
-            continue
-        pieces.append((start, end, role))
-    out, done = RoledTokens(), 0
-    for start, end, role in pieces:
-        out.extend(tokenizer(full[done:start], add_special_tokens=False)["input_ids"], "context")
-        out.extend(tokenizer(full[start:end], add_special_tokens=False)["input_ids"], role)
-        done = end
-    out.extend(tokenizer(full[done:], add_special_tokens=False)["input_ids"], "context")
+    text = rendered(tokenizer, messages, tools)  # a message of no chat role is refused here
+    answers = Counter(str(m.get("tool_call_id")) for m in messages if m["role"] == "tool")
+    roles = {j: "action" for j, m in enumerate(messages) if j >= opening and m["role"] == "assistant"}
+    for j, m in enumerate(messages[opening:], opening):
+        if m["role"] == "tool":
+            key = str(m.get("tool_call_id"))
+            roles[j] = SOURCE_ROLES.get(sources.get(key, ""), "context") if answers[key] == 1 else "context"
+    out = RoledTokens()
+    for ids, role in conversation_tokens(tokenizer, text, messages, tools, roles, closed=False):
+        out.extend(ids, role)
     return out
 
 

@@ -13,15 +13,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envace_gym import agents, registration
+from envace_gym import registration
 from envace_gym.config_fields import NONNEGATIVE, check_number
 from envace_gym.dynamics import get as get_dynamics
-from envace_gym.play.compare import compare_calls
-from envace_gym.play.loop import run_episode
 from envace_gym.rewards import default_reward
 from envace_gym.routing import FidelityRouter
+from envace_gym.spaces import TURN_ROLES
 from envace_gym.specs import parse_agent
-from envace_gym.training.config import ROLES, TrainConfig
+from envace_gym.training import held_out
+from envace_gym.training.config import TrainConfig
 from envace_gym.training.grpo import ROLE_IDS, grpo_loss, token_advantages, token_logprobs
 from envace_gym.training.loop import TrainingLoop
 from envace_gym.training.policy import Policy
@@ -203,7 +203,7 @@ class Trainer(TrainingLoop):
         episodes: dict[int, dict] = {}  # rows summed into their episodes (prompted rows share one)
         for r in kept:
             e = episodes.setdefault(r.episode, {"reward": r.reward, "act": 0, "rehearse": 0})
-            for role in ROLES:
+            for role in TURN_ROLES:
                 e[role] += r.generations[role]
         record = {
             "step": self.step,
@@ -222,7 +222,7 @@ class Trainer(TrainingLoop):
             "update_s": time.perf_counter() - sampled,
             **stats,
         }
-        for role in ROLES:
+        for role in TURN_ROLES:
             having = [e["reward"] for e in episodes.values() if e[role]]
             record[f"reward/{role}"] = statistics.fmean(having) if having else None
         self._check_spread(record, episodes)
@@ -276,9 +276,9 @@ class Trainer(TrainingLoop):
         rewards = torch.tensor([r.reward for r in rollouts])
         groups = torch.tensor([r.group for r in rollouts])
         episodes = torch.tensor([r.episode for r in rollouts])
-        gens = {role: torch.tensor([r.generations[role] for r in rollouts]) for role in ROLES}
+        gens = {role: torch.tensor([r.generations[role] for r in rollouts]) for role in TURN_ROLES}
         advantages = token_advantages(rewards, groups, roles, gens, cfg.baseline, cfg.scale_advantages, episodes)
-        weights = {role: 1.0 if role in cfg.roles else 0.0 for role in ROLES}
+        weights = {role: 1.0 if role in cfg.roles else 0.0 for role in TURN_ROLES}
         weights["world"] = cfg.world_model_coef
         ref = None
         if self.policy.reference is not None:
@@ -325,7 +325,7 @@ class Trainer(TrainingLoop):
         out["lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self._sync_engine()
-        for role in ROLES:
+        for role in TURN_ROLES:
             chosen = advantages[roles == ROLE_IDS[role]]
             if chosen.numel():
                 out[f"advantage_mean/{role}"] = chosen.mean().item()
@@ -344,17 +344,12 @@ class Trainer(TrainingLoop):
             self.accelerator.wait_for_everyone()
 
     def evaluate(self) -> dict:
-        """Reward under ``eval_dynamics`` and rehearsal fidelity (shadow) on held-out tasks."""
+        """The held-out measures (:mod:`~envace_gym.training.held_out`) on ``eval_tasks`` tasks: reward,
+        ``gold_share`` and ``valid_calls`` under ``eval_dynamics``, rehearsal fidelity (shadow)."""
         self.model.eval()
         ids = unwrap(self.eval_env).task_ids[: self.cfg.eval_tasks]
-        rewards = [run_episode(self.eval_env, self.agent, t, seed=i)["reward"] for i, t in enumerate(ids)]
-        oracle = agents.load("oracle", env=self.eval_env)
-        calls = list(compare_calls(self.eval_env, oracle, self.agent, ids))
-        return {
-            "eval/reward": statistics.fmean(rewards),
-            "eval/leaf_match": statistics.fmean(c["leaf_match"] for c in calls) if calls else None,
-            "eval/parsed": statistics.fmean(c["parsed"] for c in calls) if calls else None,
-        }
+        measures = held_out.held_out(self.eval_env, self.agent, ids) | held_out.fidelity(self.eval_env, self.agent, ids)
+        return {f"eval/{name}": value for name, value in measures.items()}
 
 
 class TrainingStalled(ValueError):

@@ -99,7 +99,10 @@ def agent_name_parsing(source: str) -> list[str]:
 
 
 def test_the_scan_finds_the_forms_that_split_agent_names():
-    source = 'a.startswith("vllm:")\nb.removeprefix("hf:")\nc.startswith(("openai:", "x"))\nd.partition(":")\ne == "vllm:smollm2"'
+    source = "\n".join(
+        ['a.startswith("vllm:")', 'b.removeprefix("hf:")', 'c.startswith(("openai:", "x"))', 'd.partition(":")']
+        + ['e == "vllm:smollm2"']
+    )
     assert agent_name_parsing(source) == [
         "prefix vllm:",
         "prefix hf:",

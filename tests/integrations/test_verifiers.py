@@ -93,6 +93,24 @@ def test_a_verifiers_evaluation_scores_the_oracles_actions_as_envace_gym_run_doe
     assert len(rehearse) == sum(roles.count("rehearse") for _, roles, _ in expected)
 
 
+@pytest.mark.slow
+def test_an_episode_that_a_verifiers_turn_limit_ends_is_scored_as_truncated(server):
+    url, _ = server
+    task_id = registration.suite(MOCK).task_ids[0]
+    actions, _, _ = oracle_episode(MOCK, "real", task_id, 0)
+    env = gym.make(MOCK, dynamics="real")
+    env.reset(seed=0, options={"task_id": task_id})
+    env.step(actions[0])
+    reward, info = env.unwrapped.finish()
+    FakeChatServer.replies = [{"role": "assistant", "content": actions[0]}]
+    job = {"model_url": url, "taskset": {"id": "envace-tau2-retail", "env_id": MOCK}, "limit": 1}
+    (got,) = episodes({**job, "env": {"agent": {"max_turns": 1}}})
+    assert got["errors"] == [] and got["sampled"] == 1 and len(actions) > 1
+    assert got["info"]["envace"]["ended_by"] == "time_limit"
+    assert got["rewards"] == {"envace_reward": reward} and got["info"]["envace"]["reward_info"] == info["reward_info"]
+
+
+@pytest.mark.slow
 def test_a_bad_taskset_config_is_refused_naming_the_field():
     done = evaluate({"model_url": "http://127.0.0.1:9", "taskset": {"id": "envace-tau2-retail", "dynamics": "nope"}})
     assert done.returncode != 0 and "unknown dynamics 'nope'" in done.stderr, done.stderr[-2000:]

@@ -169,11 +169,14 @@ def test_a_run_killed_mid_call_leaves_no_child_and_no_lock(tmp_path):
 def test_a_forked_child_never_holds_an_output_lock(tmp_path):
     lock = OutputLock(tmp_path / "run.jsonl").acquire()
     wait, go = os.pipe()
+    started, ready = os.pipe()
     pid = os.fork()
     if pid == 0:  # a child that outlives its parent's hold on the lock
+        os.write(ready, b"x")  # the fork hooks have run by the time the child's own code does
         os.read(wait, 1)
         os._exit(0)
     try:
+        os.read(started, 1)
         lock._held.close()  # as the holder's death would: now only the child's copy could keep the lock
         with open(lock.file) as again:
             fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,7 +1,7 @@
 """Runs verifiers evaluations in verifiers' own venv (.venv-verifiers, made by `make setup`).
 
 stdin: {"model_url": URL, "taskset": {...}, "limit": N} evaluates the envace taskset (its config as
-``--env.taskset.*`` takes it) with the model at URL, one episode at a time; or {"openenv": URL, "token":
+``--env.taskset.*`` takes it; "env": more of ``--env.*``) with the model at URL, one episode at a time; or {"openenv": URL, "token":
 TOKEN, "resets": [...], "model_url": URL} plays `envace-gym serve` at URL through verifiers' own
 OpenEnvTaskset, its player on the envace harness (verifiers' own chat harnesses install a program with uv).
 verifiers 0.4.0's OpenEnv env sends no credentials: :func:`send_token` gives its two clients the token.
@@ -36,7 +36,7 @@ def send_token(token: str) -> None:
 
 def env_of(job: dict) -> vf.Env:
     if "openenv" not in job:
-        return vf.load_environment(vf.resolve_env_config({"taskset": job["taskset"]}))
+        return vf.load_environment(vf.resolve_env_config({"taskset": job["taskset"], **job.get("env", {})}))
     send_token(job["token"])
     taskset = {"id": "openenv", "base_url": job["openenv"], "resets": job["resets"]}
     # the envace harness (the package exports it), in this process: a local runtime

@@ -20,7 +20,7 @@ from envace_gym.play.loop import run_episodes
 from envace_gym.play.records import write_record
 from envace_gym.training import SFT, SFTConfig, TrainConfig, Trainer
 from envace_gym.training.checkpoint import latest
-from envace_gym.training.evaluation import held_out
+from envace_gym.training.held_out import held_out
 
 ENV = "EnvACE/tau2-mock-gen-v0"
 NEW_TOKENS, MAX_TURNS = 32, 5

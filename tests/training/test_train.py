@@ -120,3 +120,17 @@ def test_training_defaults_to_partial_credit_and_stops_when_no_group_can_learn(t
     assert record["reward_std"] == 0.0 and record["flat_groups"] == 1
     with pytest.raises(TrainingStalled, match="2 steps in a row.*strict_progress"):
         trainer.train_step()
+
+
+def test_evaluate_reports_the_held_out_measures(tiny, tmp_path, monkeypatch):
+    from envace_gym.training import held_out
+
+    measured: dict[str, dict] = {}  # what each held-out function returned
+    for name in ("held_out", "fidelity"):
+        real = getattr(held_out, name)
+        monkeypatch.setattr(
+            held_out, name, lambda *a, real=real, **k: measured.setdefault(real.__name__, real(*a, **k))
+        )
+    got = Trainer(tiny_config(tiny, tmp_path, steps=1, **EVALUATED)).evaluate()
+    assert got == {f"eval/{name}": value for part in measured.values() for name, value in part.items()}
+    assert set(got) == {f"eval/{m}" for m in ("reward", "gold_share", "valid_calls", "parsed", "leaf_match", "exact")}
