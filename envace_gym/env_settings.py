@@ -13,9 +13,10 @@ Inheritance, not a nested ``env: EnvSettings``: the fields stay the configs' own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from copy import copy
 from dataclasses import MISSING, Field, dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -156,7 +157,8 @@ def shared(name: str, default: Any = MISSING) -> Any:
     ``ray_address``, ``resume``, ``overwrite``, ``token``)."""
     found: Field = next(f for cls in (EnvSettings, _Shared) for f in fields(cls) if f.name == name)
     if default is MISSING:
-        default = found.default if found.default_factory is MISSING else found.default_factory()
+        factory = found.default_factory
+        default = found.default if factory is MISSING else cast("Callable[[], Any]", factory)()
     return setting(copy(default), found.metadata["help"])
 
 

@@ -150,7 +150,7 @@ class Comparison:
         from envace_gym.play.distributed import WorkerSpec, run_distributed
 
         episodes = [(task_id, c.seed + i) for i, task_id in enumerate(self.task_ids)]
-        spec = WorkerSpec(c.env_id, c.actor, self.make_kwargs, rehearser=c.agent, job=compare_chunk)
+        spec = WorkerSpec(self.env_id, c.actor, self.make_kwargs, rehearser=c.agent, job=compare_chunk)
         return run_distributed(spec, episodes, c.workers, c.ray_address)
 
     def __iter__(self) -> Iterator[dict]:

@@ -1,10 +1,11 @@
 """Runs verifiers evaluations in verifiers' own venv (.venv-verifiers, made by `make setup`).
 
-stdin: {"model_url": URL, "taskset": {...}, "limit": N} evaluates the envace taskset (its config as
-``--env.taskset.*`` takes it; "env": more of ``--env.*``) with the model at URL, one episode at a time; or {"openenv": URL, "token":
-TOKEN, "resets": [...], "model_url": URL} plays `envace-gym serve` at URL through verifiers' own
-OpenEnvTaskset, its player on the envace harness (verifiers' own chat harnesses install a program with uv).
-verifiers 0.4.0's OpenEnv env sends no credentials: :func:`send_token` gives its two clients the token.
+stdin: {"model_url": URL, "taskset": {...}, "env": {...}, "limit": N} evaluates the envace taskset (its
+config as ``--env.taskset.*`` takes it; "env": more of ``--env.*``) with the model at URL, one episode at a
+time; or {"openenv": URL, "token": TOKEN, "resets": [...], "model_url": URL} plays `envace-gym serve` at URL
+through verifiers' own OpenEnvTaskset, its player on the envace harness (verifiers' own chat harnesses
+install a program with uv). verifiers 0.4.0's OpenEnv env sends no credentials: :func:`send_token` gives
+its two clients the token.
 stdout: a JSON list, per episode its rewards, metrics, info, errors and the roles of its sampled turns.
 """
 
