@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
 
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
 
@@ -19,12 +18,10 @@ def _corpus(env_id: str | None) -> list[str]:
         from transformers import PreTrainedTokenizerFast
 
         from envace_gym.training.sft import gold_episodes
+        from envace_gym.training.tokens import rendered
 
         renderer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), chat_template=TOOL_CHAT_TEMPLATE)
-        return [
-            cast(str, renderer.apply_chat_template(e["messages"], tools=e["tools"], tokenize=False))
-            for e in gold_episodes(env_id, "train", 100)
-        ]
+        return [rendered(renderer, e["messages"], e["tools"]) for e in gold_episodes(env_id, "train", 100)]
     from envace_gym.suites.tau2 import get_suite
 
     suite = get_suite("retail")

@@ -65,6 +65,7 @@ def load(name: str, env: gym.Env | None = None, **kwargs: Any) -> Agent:
     if spec.kind == "openai":
         from envace_gym.agents.openai import OpenAIAgent
 
+        assert spec.base_url is not None  # parse_agent gives every openai: spec one
         return OpenAIAgent(spec.arg, spec.base_url, env, **spec.options | kwargs)
     return _user_agent(spec, env, **kwargs)
 

@@ -119,8 +119,8 @@ class Run:
             return
         if c.env_id is None:
             raise ValueError("give an env id, or --url to play a served env")
-        spec = parse_agent(c.agent)
-        checkpoint = spec.kind == "hf" and play_settings(spec.arg).get("max_turns")
+        agent_spec = parse_agent(c.agent)
+        checkpoint = agent_spec.kind == "hf" and play_settings(agent_spec.arg).get("max_turns")
         self.on_turn: Callable[[int, float], None] | None = None  # run_batched's, for a caller to set
         self.resolved = resolved = c.resolve(max_turns=checkpoint or None)  # the env's settings, decided once
         self.env_id, self.make_kwargs = resolved.env_id, resolved.make_kwargs
