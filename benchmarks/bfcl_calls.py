@@ -29,7 +29,7 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_mult
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.messages import ToolCall, format_tool_call
+from envace_gym.core.messages import ToolCall, format_tool_call
 from envace_gym.suites.bfcl import get_suite, source
 
 

@@ -20,8 +20,8 @@ import torch  # noqa: F401  (a training process's size makes fork cost what it c
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.limits import Limits
-from envace_gym.messages import format_tool_call
+from envace_gym.core.limits import Limits
+from envace_gym.core.messages import format_tool_call
 from envace_gym.play.loop import run_episode
 
 

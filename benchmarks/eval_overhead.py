@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 import envace_gym  # noqa: F401
-from envace_gym.evaluation import PAPER, EvalConfig, Evaluation, markdown, plot
+from envace_gym.evaluation import PAPER, EvalConfig, Evaluation, markdown
 from envace_gym.play.run import Run, RunConfig
+from envace_gym.reporting.figures import plot_eval
 
 
 def one_by_one(limit: int, out: Path) -> float:
@@ -50,7 +51,7 @@ def evaluated(limit: int, out: Path) -> float:
     results = evaluation.results()
     (out / "results.json").write_text(results.model_dump_json(indent=1))
     (out / "results.md").write_text(markdown(results))
-    plot(results, out / "results.png")
+    plot_eval(results, out / "results.png")
     return time.perf_counter() - start
 
 

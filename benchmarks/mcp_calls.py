@@ -26,7 +26,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from envace_gym import make_mcp_env
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 
 SERVER = [sys.executable, str(Path(__file__).parents[1] / "tests" / "support" / "mcp_server.py")]
 ARGUMENTS = {"account_id": "A-1"}

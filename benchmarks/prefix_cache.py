@@ -27,8 +27,8 @@ import envace_gym  # noqa: F401
 import envace_gym.env as env_module
 from envace_gym.agents import PrivateRehearsal
 from envace_gym.agents.vllm import VLLMAgent
+from envace_gym.core.messages import rehearsal_content
 from envace_gym.fixtures import tiny_model
-from envace_gym.messages import rehearsal_content
 from envace_gym.training import SFT, SFTConfig
 
 ENV_ID = "EnvACE/tau2-mock-office-v0"

@@ -35,9 +35,9 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 import envace_gym  # noqa: F401
 from envace_gym.agents.hf import HFAgent
+from envace_gym.core.response import execute
 from envace_gym.fixtures import tiny_model
 from envace_gym.integrations.verl import EnvACEAgentLoop
-from envace_gym.response import execute
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "support"))  # the scripted agent the tests play too
 from scripted import ScriptedAgent, ServerManager, oracle_replies  # noqa: E402

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from envace_gym.viewer import render
+from envace_gym.reporting.viewer import render
 
 WORDS = "the order was delivered to the customer and the refund is pending review today".split()
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 import gymnasium as gym
 
 import envace_gym  # noqa: F401
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 
 
 def calls(domain: str, task) -> list[tuple[str, dict]]:

@@ -10,13 +10,11 @@ from typing import Any, Self
 
 import gymnasium as gym
 
-from envace_gym.dynamics import DYNAMICS, Dynamics, check_dynamics
-from envace_gym.episode import CallRecord, Episode, recorded, recording_table
-from envace_gym.errors import ErrorCode, ToolError, error_code_of_text
-from envace_gym.fidelity import fidelity
-from envace_gym.grader import without_gold
-from envace_gym.limits import BudgetExceeded, Limits, run_bounded
-from envace_gym.messages import (
+from envace_gym.core.episode import CallRecord, Episode, recorded, recording_table
+from envace_gym.core.errors import ErrorCode, ToolError, error_code_of_text
+from envace_gym.core.grader import without_gold
+from envace_gym.core.limits import BudgetExceeded, Limits, run_bounded
+from envace_gym.core.messages import (
     MAX_DUMP_GROWTH,
     ToolCall,
     assistant_message,
@@ -26,12 +24,14 @@ from envace_gym.messages import (
     tool_message,
     transcript,
 )
+from envace_gym.core.response import OVER_TIME, Response, checked, execute
+from envace_gym.core.suite import Suite, User, World
+from envace_gym.dynamics import DYNAMICS, Dynamics, check_dynamics
+from envace_gym.fidelity import fidelity
 from envace_gym.rehearse_prompts import REHEARSAL_FORMATS, ResponseCache, episode_prompt
-from envace_gym.response import OVER_TIME, Response, checked, execute
 from envace_gym.rewards import RewardFn, check_reward, default_reward, resolve_reward, score_episode
 from envace_gym.routing import FidelityRouter
 from envace_gym.spaces import ActionSpace, ObservationSpace
-from envace_gym.suite import Suite, User, World
 
 
 class EnvACEEnv(gym.Env):
@@ -42,11 +42,11 @@ class EnvACEEnv(gym.Env):
     (:data:`~envace_gym.dynamics.DYNAMICS`): the world, the agent on ``rehearse`` turns, a ``simulator``,
     ``recordings``, a coin with ``p_real``, or a ``router`` (:class:`~envace_gym.routing.FidelityRouter`).
     The reward is terminal, ``info["reward_source"]`` names it, and ``info["reward_info"]`` holds no gold
-    unless ``gold_in_info`` (:func:`~envace_gym.grader.without_gold`). ``max_turns`` and
-    ``max_steps_per_turn`` truncate; ``limits`` (:class:`~envace_gym.limits.Limits`) bound each call and
-    user turn. Nothing raises out of ``step``: a failure (a world's :attr:`~envace_gym.suite.World.failure`
+    unless ``gold_in_info`` (:func:`~envace_gym.core.grader.without_gold`). ``max_turns`` and
+    ``max_steps_per_turn`` truncate; ``limits`` (:class:`~envace_gym.core.limits.Limits`) bound each call and
+    user turn. Nothing raises out of ``step``: a failure (a world's :attr:`~envace_gym.core.suite.World.failure`
     among them) ends the episode with ``info["error"]``. ``owns_suite``: :meth:`close` also closes the
-    suite (:meth:`~envace_gym.suite.Suite.close`: a server's processes). A
+    suite (:meth:`~envace_gym.core.suite.Suite.close`: a server's processes). A
     rehearse observation is the conversation itself (``rehearsal_format="inline"``) or a simulator prompt
     with earlier responses of the tool (``"prompted"``, from ``response_cache``).
 
@@ -306,7 +306,7 @@ class EnvACEEnv(gym.Env):
         return ep.world.fork()
 
     def close(self) -> None:
-        """End the episode's world (:meth:`~envace_gym.suite.World.close`), and close the suite if this
+        """End the episode's world (:meth:`~envace_gym.core.suite.World.close`), and close the suite if this
         env owns it."""
         if self.episode is not None:
             self.episode.world.close(wait=True)

@@ -6,7 +6,7 @@ import json
 import statistics
 from typing import Any
 
-from envace_gym.errors import error_code_of
+from envace_gym.core.errors import error_code_of
 
 
 def flatten(value: Any) -> dict[str, Any]:

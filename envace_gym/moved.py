@@ -1,6 +1,7 @@
-"""Names that moved since 0.1.0, the one release: ``envace_gym.envs`` is now :mod:`envace_gym.suites`
-(its modules import as the very same modules), and ``envace_gym.envs.mcp``'s constructors and
-``SelfRehearsal`` still work. Each use warns with :class:`Deprecated`, naming the new place and
+"""Names that moved since 0.1.0, the one release: ``envace_gym.envs`` is now :mod:`envace_gym.suites`, the
+core modules (``envace_gym.suite``, ``episode``, ``tools``, ...) are in :mod:`envace_gym.core` and the viewer in
+:mod:`envace_gym.reporting` (the old names import as the very same modules), and ``envace_gym.envs.mcp``'s
+constructors and ``SelfRehearsal`` still work. Each use warns with :class:`Deprecated`, naming the new place and
 :data:`REMOVAL`. Names renamed within the unreleased 0.2.0 keep no alias."""
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ import warnings
 REMOVAL = "0.3.0"
 OLD, NEW = "envace_gym.envs", "envace_gym.suites"
 KEPT = {"envace_gym.envs.mcp"}  # a module of its own: the old MCP constructors
+#: 0.1.0's modules that moved, by old name
+MOVED = {
+    **{
+        f"envace_gym.{name}": f"envace_gym.core.{name}"
+        for name in ("suite", "episode", "grader", "response", "tools", "messages", "errors", "limits", "state")
+    },
+    "envace_gym.viewer": "envace_gym.reporting.viewer",
+}
 
 
 class Deprecated(DeprecationWarning):
@@ -29,6 +38,8 @@ def warn(old: str, new: str, stacklevel: int = 3) -> None:
 
 def new_name(name: str) -> str | None:
     """Where the module ``name`` is now, or None if it did not move."""
+    if name in MOVED:
+        return MOVED[name]
     if name.startswith(OLD + ".") and name not in KEPT:
         return NEW + name[len(OLD) :]
     return None
@@ -46,6 +57,8 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         new = new_name(spec.name)
         assert new is not None  # find_spec's
+        if spec.name in MOVED:
+            warn(spec.name, new, stacklevel=2)
         module = importlib.import_module(new)
         self._own_specs[spec.name] = module.__spec__
         return module

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec, find_highest_version, get_env_id, parse_env_id
 
+from envace_gym.core.suite import Suite
 from envace_gym.env import EnvACEEnv
 from envace_gym.specs import import_module
-from envace_gym.suite import Suite
 from envace_gym.suites.bfcl import categories as bfcl_categories
 from envace_gym.wrappers import unwrap
 
 if TYPE_CHECKING:
-    from envace_gym.episode import Task
+    from envace_gym.core.episode import Task
 
 SCORE_TRUNCATED = WrapperSpec("ScoreTruncated", "envace_gym.wrappers:ScoreTruncated", {})
 
@@ -102,7 +102,7 @@ REMOTE_ID = "EnvACE/remote-v0"  # gym.make(REMOTE_ID, url=...): a RemoteEnv (not
 
 def make_env(entry: SuiteEntry, **kwargs) -> EnvACEEnv:
     """The env of a registered id. Defaults: the entry's, then the suite's own split
-    (:attr:`~envace_gym.suite.Suite.default_split`) and steps per turn; a simulator given by name
+    (:attr:`~envace_gym.core.suite.Suite.default_split`) and steps per turn; a simulator given by name
     (``simulator="oracle"``) is that agent playing in the new env (the env itself knows no agents)."""
     suite = entry.suite(**{k: kwargs.pop(k) for k in entry.options if k in kwargs})
     kwargs = {**entry.defaults, **kwargs}

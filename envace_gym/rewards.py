@@ -8,10 +8,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Literal, overload
 
+from envace_gym.core.episode import Episode, recording_key
+from envace_gym.core.errors import ErrorCode
+from envace_gym.core.messages import parse_rehearsal, transcript
 from envace_gym.dynamics import get as get_dynamics
-from envace_gym.episode import Episode, recording_key
-from envace_gym.errors import ErrorCode
-from envace_gym.messages import parse_rehearsal, transcript
 from envace_gym.openai_client import ChatEndpoint, ModelServerError
 from envace_gym.specs import parse_spec
 
@@ -33,7 +33,7 @@ def actions_reward(episode: Episode) -> tuple[float, dict]:
 
 def actions_share_reward(episode: Episode) -> tuple[float, dict]:
     """Partial credit: the share of the task's gold actions the episode's calls matched (1 when
-    it has none), from :meth:`~envace_gym.grader.Grader.score_actions`' ``action_checks``; a grader
+    it has none), from :meth:`~envace_gym.core.grader.Grader.score_actions`' ``action_checks``; a grader
     whose match has no per-action checks (BFCL's single-turn verdict) gives its 0 or 1."""
     value, parts = actions_reward(episode)
     checks = parts.get("action_checks")
@@ -47,7 +47,7 @@ def actions_share_reward(episode: Episode) -> tuple[float, dict]:
 def progress_reward(episode: Episode) -> tuple[float, dict]:
     """Partial credit from the transcript and the task alone (no world, so it works under every
     dynamics): the mean of ``actions_share`` and the share of the task's communicate items stated
-    (:meth:`~envace_gym.grader.Grader.communicate_checks`); ``actions_share`` alone for a task with none.
+    (:meth:`~envace_gym.core.grader.Grader.communicate_checks`); ``actions_share`` alone for a task with none.
     It is 1 on an episode that makes every gold call and says every item, below 1 otherwise."""
     share, parts = actions_share_reward(episode)
     checks = episode.suite.grader.communicate_checks(episode.task, episode)

@@ -9,8 +9,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envace_gym.messages import format_tool_call
-from envace_gym.tools import ToolSet
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.tools import ToolSet
 
 #: whose generation a turn asks for (an observation's ``role``, a role trained): the policy acting, or
 #: rehearsing a tool's response

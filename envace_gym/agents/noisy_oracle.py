@@ -10,7 +10,7 @@ import gymnasium as gym
 
 from envace_gym.agents.oracle import OracleAgent
 from envace_gym.agents.private_rehearsal import PRIVATE_KEY, call_key
-from envace_gym.messages import ToolCall, format_tool_call, parse_act
+from envace_gym.core.messages import ToolCall, format_tool_call, parse_act
 
 
 def _leaves(value, path=()):

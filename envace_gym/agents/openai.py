@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from envace_gym.agents.base import Agent
 from envace_gym.agents.prompting import is_inline_rehearsal
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 from envace_gym.openai_client import ChatEndpoint
 from envace_gym.rehearse_prompts import prompted_messages
 

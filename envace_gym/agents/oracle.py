@@ -10,9 +10,9 @@ from typing import Any
 import gymnasium as gym
 
 from envace_gym.agents.base import Agent
+from envace_gym.core.episode import Episode, recording_key
+from envace_gym.core.messages import parse_act
 from envace_gym.env import EnvACEEnv
-from envace_gym.episode import Episode, recording_key
-from envace_gym.messages import parse_act
 from envace_gym.wrappers import unwrap
 
 

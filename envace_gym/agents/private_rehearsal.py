@@ -14,8 +14,8 @@ import gymnasium as gym
 
 from envace_gym.agents.base import Agent
 from envace_gym.agents.prompting import TokenAgent
-from envace_gym.episode import Episode
-from envace_gym.messages import assistant_message, parse_act, transcript
+from envace_gym.core.episode import Episode
+from envace_gym.core.messages import assistant_message, parse_act, transcript
 from envace_gym.wrappers import unwrap
 
 MODES = ("parallel", "sequential")
@@ -205,7 +205,7 @@ class PrivateRehearsal(Agent):
     first turn). Remaining ties go to the earliest attempt.
 
     Branches never execute a real call (a world model that runs worlds, the oracle, is refused on
-    suites whose worlds are servers: :attr:`~envace_gym.suite.Suite.private_worlds`), and nothing
+    suites whose worlds are servers: :attr:`~envace_gym.core.suite.Suite.private_worlds`), and nothing
     of their rewards, info or the task's gold reaches the agent or the scorer: they see the
     committed conversation and the attempts' turns and responses. The private context stays out of the episode; it is
     kept in ``private_context``. :attr:`info` holds the current episode's accounting

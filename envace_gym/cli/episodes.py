@@ -233,7 +233,7 @@ def view(
     out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("runs/report.html"),
 ) -> None:
     """Write one self-contained HTML file (no network) of episodes, real-vs-rehearsed calls and training curves."""
-    from envace_gym.viewer import render
+    from envace_gym.reporting.viewer import render
 
     with user_errors():
         written = render(files, out)

@@ -4,6 +4,6 @@
 
 from envace_gym.evaluation.benchmarks import PAPER, REPORTED, Benchmark
 from envace_gym.evaluation.evaluate import EvalConfig, Evaluation
-from envace_gym.evaluation.results import EvalResults, markdown, plot
+from envace_gym.evaluation.results import EvalResults, markdown
 
-__all__ = ["PAPER", "REPORTED", "Benchmark", "EvalConfig", "EvalResults", "Evaluation", "markdown", "plot"]
+__all__ = ["PAPER", "REPORTED", "Benchmark", "EvalConfig", "EvalResults", "Evaluation", "markdown"]

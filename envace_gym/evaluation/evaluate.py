@@ -28,13 +28,13 @@ from envace_gym.evaluation.results import (
     failure_causes,
     markdown,
     overall,
-    plot,
     reported,
 )
 from envace_gym.play.compare import compare_calls, determinism
 from envace_gym.play.records import OutputLock, RunRecord, id_path, safe_name, write_record
 from envace_gym.play.run import Run, RunConfig, check_not_written, given_ids
 from envace_gym.registration import resolve_env
+from envace_gym.reporting.figures import plot_eval
 from envace_gym.wrappers import unwrap
 
 
@@ -180,7 +180,7 @@ class Evaluation:
             (
                 lambda p: p.write_text(results.model_dump_json(indent=1)),
                 lambda p: p.write_text(markdown(results)),
-                lambda p: plot(results, p),
+                lambda p: plot_eval(results, p),
             ),
         ):
             aside = path.with_name(f".{path.name}.part{path.suffix}")

@@ -254,56 +254,6 @@ def markdown(results: EvalResults) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: EvalResults, path: Path) -> None:
-    """:func:`figure` written to ``path``."""
-    figure(results).savefig(path, dpi=120, bbox_inches="tight")
-
-
-def figure(results: EvalResults):
-    """A bar per benchmark: real, under private rehearsal, and the agent's world-model leaf_match (x100),
-    each labelled with its value, or "not run" (a benchmark without a score) or "no row" (no world model)."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    shown = [b for b in results.benchmarks if b.in_overall]  # the ones reported apart have tables of their own
-    names = [b.name for b in shown]
-    own = {
-        r.benchmark: r.metrics["leaf_match"]
-        for r in results.world_model
-        if r.world_model == results.agent and "leaf_match" in r.metrics
-    }
-    series = {"real": [b.score for b in shown]}
-    if results.rehearse:
-        series[f"rehearsal N={results.rehearse}"] = [b.rehearsed_score for b in shown]
-    if results.world_model:
-        series["world model (leaf_match x100)"] = [100 * own[n] if n in own else None for n in names]
-    x, width = np.arange(len(names)), 0.8 / len(series)
-    fig = Figure(figsize=(1.8 + 1.6 * len(names), 3.6))  # no pyplot: the caller's backend stays as it is
-    ax = fig.subplots()
-    for i, (name, values) in enumerate(series.items()):
-        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=name)
-        absent = "no row" if name.startswith("world model") else "not run"
-        for bar, b, v in zip(bars, shown, values):
-            if b.partial:
-                bar.set_hatch("//")
-            where = (bar.get_x() + bar.get_width() / 2, bar.get_height())
-            text = absent if v is None else f"{v:.1f}"
-            ax.annotate(text, where, xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
-
-    def label(b: BenchmarkResult) -> str:
-        notes = [f"partial: {b.tasks}/{b.full_tasks or '?'} tasks"] * b.partial
-        return b.name + "".join(f"\n({note})" for note in notes + ["stand-in backend"] * bool(b.stand_in))
-
-    ax.set_xticks(x, [label(b) for b in shown])
-    ax.set_ylim(0, 108)  # room for a full bar's label
-    ax.set_ylabel("score (0-100)")
-    hatched = " (hatched: partial, not comparable with the paper's rows)" if any(b.partial for b in shown) else ""
-    ax.set_title(f"{results.agent}: the paper's benchmarks{hatched}", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    return fig
-
-
 def reported() -> dict[str, dict[str, float]]:
     """The paper's rows, as results.json keeps them."""
     return {model: dict(row) for model, row in REPORTED.items()}

@@ -39,8 +39,8 @@ import gymnasium as gym
 
 from envace_gym.agents.hf import HFAgent
 from envace_gym.chat_template import TOOL_CHAT_TEMPLATE
+from envace_gym.core.messages import assistant_message
 from envace_gym.dynamics import DYNAMICS
-from envace_gym.messages import assistant_message
 from envace_gym.spaces import TURN_ROLES
 from envace_gym.training.grpo import ROLE_IDS, token_advantages
 from envace_gym.training.rollout import collect

@@ -36,8 +36,8 @@ from pydantic import Field, model_validator
 from verifiers.v1.dialects.chat import message_to_wire
 
 from envace_gym import registration
+from envace_gym.core.messages import dumps_safe, format_tool_call
 from envace_gym.dynamics import check_dynamics
-from envace_gym.messages import dumps_safe, format_tool_call
 from envace_gym.rehearse_prompts import SIMULATOR_INSTRUCTION
 from envace_gym.wrappers import unwrap
 

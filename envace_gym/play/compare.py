@@ -17,12 +17,13 @@ from envace_gym import agents
 from envace_gym.agents import Agent
 from envace_gym.agents.base import RoleSplit
 from envace_gym.config_fields import COUNT, check_settings, setting
+from envace_gym.core.messages import escape_tags
+from envace_gym.core.response import execute
 from envace_gym.env_settings import SHARED_RANGES, EnvSettings, shared
-from envace_gym.fidelity import METRICS, fidelity, summarize
-from envace_gym.messages import escape_tags
+from envace_gym.fidelity import fidelity, summarize
 from envace_gym.play.loop import make_envs, run_episode
 from envace_gym.play.records import CompareRecord, OutputLock, write_record
-from envace_gym.response import execute
+from envace_gym.reporting.figures import plot_fidelity
 from envace_gym.wrappers import unwrap
 
 
@@ -169,7 +170,9 @@ class Comparison:
         ``OUT.summary.json``, and plotted to ``OUT.png``."""
         c = self.config
         summary: dict = summarize(self.records)
-        plot(summary, self.out.with_suffix(".png"), f"{self.env_id}: {c.agent} rehearsing against the real world")
+        plot_fidelity(
+            summary, self.out.with_suffix(".png"), f"{self.env_id}: {c.agent} rehearsing against the real world"
+        )
         if c.replays > 1:  # the same episodes again: do the agent's rehearsals of the same calls agree?
             again = [
                 list(compare_calls(self.env, self.actor, self.rehearser, self.task_ids, c.seed))
@@ -230,31 +233,3 @@ def _value(text: str):
         return json.loads(text)
     except ValueError:
         return text
-
-
-def figure(summary: dict[str, dict], title: str):
-    """Horizontal grouped bars of the fidelity measures, one row per tool (full names, in the
-    table's order): the figure grows in height with the tools, so 80 of them stay readable."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    tools = list(summary)
-    y = np.arange(len(tools))
-    height = 0.8 / len(METRICS)
-    fig = Figure(figsize=(8.0, 1.6 + 0.4 * len(tools)))  # no pyplot: the caller's backend stays as it is
-    ax = fig.subplots()
-    for i, metric in enumerate(METRICS):
-        ax.barh(y + (i - len(METRICS) / 2 + 0.5) * height, [summary[t][metric] for t in tools], height, label=metric)
-    ax.set_yticks(y, [f"{t} ({summary[t]['calls']})" for t in tools], fontsize=8)
-    ax.set_ylim(len(tools) - 0.5, -0.5)  # the first tool on top
-    ax.set_xlim(0, 1.05)
-    ax.set_xlabel("mean over calls")
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title, pad=24)
-    ax.legend(fontsize=8, ncols=len(METRICS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return fig
-
-
-def plot(summary: dict[str, dict], path: Path, title: str) -> None:
-    """:func:`figure` as a PNG, its margins fitted to the longest tool name."""
-    figure(summary, title).savefig(path, dpi=120, bbox_inches="tight")

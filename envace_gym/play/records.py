@@ -420,38 +420,3 @@ def difference(field: str, recorded: Any, allowed: tuple) -> str:
         shown = [repr(d[name]) if name in d else "unset" for d in (recorded, ours)]
         return f"{field} {name} is {shown[0]:.80}, this run's {shown[1]:.80}"
     return f"{field} is {recorded!r:.80}, this run's {' or '.join(map(repr, allowed))}"
-
-
-#: The training curves: (title, metric keys of metrics.jsonl's rows).
-TRAINING_PANELS = (
-    ("reward by role", ("reward", "reward/act", "reward/rehearse")),
-    ("loss", ("loss/act", "loss/rehearse", "eval/loss/act", "eval/loss/rehearse")),
-    ("KL and clip fraction", ("kl/act", "kl/rehearse", "clip_fraction/act", "clip_fraction/rehearse")),
-    ("held-out evaluation", ("eval/reward", "eval/leaf_match", "eval/parsed")),
-)
-
-
-def training_figure(metrics: list[dict], title: str = ""):
-    """The curves of a training run's ``metrics.jsonl`` rows over its steps, one panel of
-    :data:`TRAINING_PANELS` per group with a number: a matplotlib figure, or None without one."""
-    from matplotlib.figure import Figure
-
-    def points(key: str) -> list[tuple]:
-        return [(r["step"], r[key]) for r in metrics if isinstance(r.get(key), (int, float)) and "step" in r]
-
-    panels = [(name, [k for k in keys if points(k)]) for name, keys in TRAINING_PANELS]
-    panels = [(name, keys) for name, keys in panels if keys]
-    if not panels:
-        return None
-    fig = Figure(figsize=(3.6 * len(panels), 2.8))  # no pyplot: the caller's backend stays as it is
-    axes = fig.subplots(1, len(panels), squeeze=False)
-    for ax, (name, keys) in zip(axes[0], panels):
-        for key in keys:
-            ax.plot(*zip(*points(key)), marker="o", ms=2, label=key)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig

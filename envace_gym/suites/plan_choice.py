@@ -17,10 +17,10 @@ from __future__ import annotations
 import random
 from functools import cache, cached_property
 
-from envace_gym.episode import Episode, Task
-from envace_gym.grader import Grader
-from envace_gym.suite import Suite, World
-from envace_gym.tools import ToolSet
+from envace_gym.core.episode import Episode, Task
+from envace_gym.core.grader import Grader
+from envace_gym.core.suite import Suite, World
+from envace_gym.core.tools import ToolSet
 
 REWARDED, OTHER = "refund", "replacement"  #: The rewarded plan and the plausible other one.
 NAMES = ("Ana", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana")

@@ -60,7 +60,7 @@ def token_advantages(
     """Per-token advantages ``[B, T]`` for a batch of training rows.
 
     ``groups[b]`` is the group of row b, ``role_ids[b, t]`` the role of each token
-    (:data:`ROLE_IDS`), ``generations[r][b]`` the number of role-r generations in b.
+    (:data:`~envace_gym.training.tokens.ROLE_IDS`), ``generations[r][b]`` the number of role-r generations in b.
     A row is one episode unless ``episodes[b]`` says which episode it belongs to
     (``prompted`` rehearsal: an episode's conversation row and one row per rehearse
     generation); the baselines are then taken over episodes, the rows summed into them.

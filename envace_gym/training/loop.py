@@ -10,7 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from envace_gym.play.records import rows, training_figure, write_record
+from envace_gym.play.records import rows, write_record
+from envace_gym.reporting.figures import plot_training
 from envace_gym.training import checkpoint
 from envace_gym.training.policy import Policy
 
@@ -86,7 +87,7 @@ class TrainingLoop:
         if board is not None:
             board.close()
         if main:
-            plot_metrics(self.out / "metrics.jsonl", self.out / "metrics.png")
+            plot_training(self.out / "metrics.jsonl", self.out / "metrics.png")
         return records
 
     def save(self) -> Path | None:
@@ -125,11 +126,3 @@ class TrainingLoop:
 def _config_json(config, indent: int | None = None) -> str:
     """A config as JSON; a callable (a reward) is written by its name."""
     return json.dumps(asdict(config), indent=indent, default=lambda o: getattr(o, "__name__", repr(o)))
-
-
-def plot_metrics(path: Path, png: Path) -> None:
-    """The training curves of ``metrics.jsonl`` (:func:`~envace_gym.play.records.training_figure`) as a PNG."""
-    from matplotlib.figure import Figure
-
-    fig = training_figure(rows(path)) or Figure()  # no curve yet: an empty figure
-    fig.savefig(png, dpi=110)

@@ -25,7 +25,7 @@ import torch
 
 from envace_gym import agents
 from envace_gym.agents.prompting import render_prompt
-from envace_gym.messages import MAX_JSON_DEPTH, json_depth
+from envace_gym.core.messages import MAX_JSON_DEPTH, json_depth
 from envace_gym.play.loop import run_episodes
 from envace_gym.play.records import rows
 from envace_gym.spaces import CHAT_ROLES, TURN_ROLES

@@ -86,7 +86,7 @@ def episode_tokens(
 
 
 def opening_length(episode) -> int:
-    """How many messages an :class:`~envace_gym.episode.Episode` opened with: the system prompt and the
+    """How many messages an :class:`~envace_gym.core.episode.Episode` opened with: the system prompt and the
     suite's opening messages."""
     return 1 + len(episode.suite.opening_messages(episode.task))
 

@@ -34,8 +34,9 @@ def rendered(tokenizer, messages: list[dict], tools: list[dict] | None) -> str:
 
 
 def message_prompt(tokenizer, messages: list[dict], tools: list[dict] | None, j: int) -> tuple[str, str | None]:
-    """The prompt that message ``j`` answers and its stop string (:func:`render_prompt`): the act prompt
-    before an assistant message, the inline rehearse prompt (its call pending) before a tool message."""
+    """The prompt that message ``j`` answers and its stop string
+    (:func:`~envace_gym.agents.prompting.render_prompt`): the act prompt before an assistant message, the
+    inline rehearse prompt (its call pending) before a tool message."""
     m = messages[j]
     if m["role"] == "tool":
         call = {"id": m.get("tool_call_id"), "name": m.get("name")}  # all an inline prompt shows of the call

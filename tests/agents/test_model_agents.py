@@ -10,7 +10,7 @@ from fakes import FakeChatServer
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.prompting import render_prompt
-from envace_gym.errors import error_code_of
+from envace_gym.core.errors import error_code_of
 from envace_gym.openai_client import ModelServerError
 
 transformers = pytest.importorskip("transformers", reason="model agents need transformers and torch")

@@ -12,8 +12,8 @@ from envace_gym import agents
 from envace_gym.agents import NoisyOracle, OracleAgent, PrivateRehearsal
 from envace_gym.agents.base import Agent
 from envace_gym.cli import app
+from envace_gym.core.messages import ToolCall, parse_act
 from envace_gym.env import DYNAMICS
-from envace_gym.messages import ToolCall, parse_act
 from envace_gym.play.compare import compare_calls
 from envace_gym.play.loop import run_episode
 

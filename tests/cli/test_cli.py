@@ -379,7 +379,7 @@ def test_records_carry_env_split_seed_and_shadow_fidelity_and_the_summary_a_stan
 
 def test_compare_plot_is_readable_for_80_tools():
     from envace_gym.fidelity import METRICS
-    from envace_gym.play.compare import figure
+    from envace_gym.reporting.figures import fidelity_figure as figure
 
     names = [f"a_long_tool_name_of_a_large_suite_{i:02d}" for i in range(80)]
     summary = {name: {"calls": 2, **{m: 0.5 for m in METRICS}} for name in [*names, "all"]}

@@ -8,8 +8,8 @@ import pytest
 
 import envace_gym
 from envace_gym import Suite, Task, ToolSet, World, agents
-from envace_gym.episode import recording_key
-from envace_gym.messages import format_tool_call
+from envace_gym.core.episode import recording_key
+from envace_gym.core.messages import format_tool_call
 
 SET = {
     "type": "function",

@@ -9,11 +9,12 @@ from envace_gym.specs import import_module
 DRAW = """
 import matplotlib
 matplotlib.use("svg")  # the caller's choice
-from envace_gym.play import compare, records
-from envace_gym.evaluation import results
-records.training_figure([{"step": 1, "reward": 0.5}])
-compare.figure({"t": {"calls": 1} | {m: 1.0 for m in compare.METRICS}}, "t")
-results.figure(results.EvalResults.model_construct(agent="a", benchmarks=[], rehearse=0, world_model=[]))
+from envace_gym.evaluation.results import EvalResults
+from envace_gym.fidelity import METRICS
+from envace_gym.reporting import figures
+figures.training_figure([{"step": 1, "reward": 0.5}])
+figures.fidelity_figure({"t": {"calls": 1} | {m: 1.0 for m in METRICS}}, "t")
+figures.eval_figure(EvalResults.model_construct(agent="a", benchmarks=[], rehearse=0, world_model=[]))
 assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
 """
 

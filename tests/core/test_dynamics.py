@@ -9,8 +9,8 @@ from helpers import play
 
 import envace_gym
 from envace_gym import agents
+from envace_gym.core.response import execute
 from envace_gym.dynamics import DYNAMICS, Dynamics, get
-from envace_gym.response import execute
 from envace_gym.routing import FidelityRouter
 
 # the ``source`` of the calls each answerer answers

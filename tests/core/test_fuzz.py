@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envace_gym  # noqa: F401
-from envace_gym.state import dump
+from envace_gym.core.state import dump
 
 ENV = gym.make("EnvACE/tau2-retail-v0", dynamics="real").unwrapped
 REHEARSE = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed").unwrapped

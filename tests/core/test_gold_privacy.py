@@ -9,7 +9,7 @@ from helpers import play
 
 import envace_gym
 from envace_gym import agents
-from envace_gym.grader import PUBLIC_TEXT, without_gold
+from envace_gym.core.grader import PUBLIC_TEXT, without_gold
 from envace_gym.integrations.openenv.client import RemoteEnv
 from envace_gym.integrations.openenv.server import EnvServer, serving
 

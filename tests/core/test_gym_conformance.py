@@ -12,7 +12,7 @@ from helpers import play
 import envace_gym
 from envace_gym import agents
 from envace_gym.agents.vector import VectorOracle
-from envace_gym.messages import ToolCall, format_tool_call
+from envace_gym.core.messages import ToolCall, format_tool_call
 from envace_gym.registration import make_env
 from envace_gym.spaces import ActionSpace
 from envace_gym.wrappers import ScoreTruncated

@@ -11,10 +11,10 @@ import pytest
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.limits import Limits
-from envace_gym.messages import format_tool_call
+from envace_gym.core.limits import Limits
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.response import DumpedJSON, Response
 from envace_gym.play.loop import run_episode
-from envace_gym.response import DumpedJSON, Response
 from envace_gym.suites.tau2.suite import Tau2World
 
 
@@ -271,7 +271,7 @@ def test_tool_specs_cannot_forge_turns_and_foreign_roles_are_refused(tokenizers)
 
 
 def test_think_tags_inside_json_strings_are_data_and_non_standard_json_is_refused():
-    from envace_gym.messages import parse_act, parse_rehearsal
+    from envace_gym.core.messages import parse_act, parse_rehearsal
 
     assert parse_rehearsal('<think>plan</think>{"a": "<think>x</think>"}') == ({"a": "<think>x</think>"}, None)
     for text in ('{"a": NaN}', '{"a": Infinity}', "[-Infinity]"):

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from envace_gym.errors import ErrorCode
-from envace_gym.messages import MAX_JSON_DEPTH, parse_act, parse_rehearsal
+from envace_gym.core.errors import ErrorCode
+from envace_gym.core.messages import MAX_JSON_DEPTH, parse_act, parse_rehearsal
 
 
 def test_tool_call_blocks_with_whitespace_and_several_calls():
@@ -82,7 +82,7 @@ def test_tool_call_blocks_match_the_lazy_regex_they_replace():
     import random
     import re
 
-    from envace_gym.messages import tool_call_blocks
+    from envace_gym.core.messages import tool_call_blocks
 
     pattern = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
     parts = ["<tool_call>", "</tool_call>", "<tool_call", "/tool_call>", "a", "\n", "<", "{}"]
@@ -93,7 +93,7 @@ def test_tool_call_blocks_match_the_lazy_regex_they_replace():
 
 
 def test_error_code_of_text_parses_only_what_may_be_an_error():
-    from envace_gym.errors import error_code_of_text
+    from envace_gym.core.errors import error_code_of_text
 
     assert error_code_of_text('{"error": {"code": "x", "message": ""}}') == "x"
     assert error_code_of_text('{"\\u0065rror": {"code": "y"}}') == "y"  # an escaped key is still found
@@ -102,7 +102,7 @@ def test_error_code_of_text_parses_only_what_may_be_an_error():
 
 
 def test_arguments_dump_within_the_growth_bound_of_their_text():
-    from envace_gym.messages import MAX_DUMP_GROWTH
+    from envace_gym.core.messages import MAX_DUMP_GROWTH
 
     for arguments in ({"s": "\U0001f600" * 50}, {"n": [1e15, -1e15, 1e-7]}, {"": [[], [], {}]}, {"c": 'é<\\"'}):
         body = json.dumps({"name": "f", "arguments": arguments}, ensure_ascii=False, separators=(",", ":"))
@@ -120,7 +120,7 @@ def test_arguments_dump_within_the_growth_bound_of_their_text():
 
 
 def test_a_number_that_overflows_to_infinity_is_not_standard_json():
-    from envace_gym.messages import loads_bounded
+    from envace_gym.core.messages import loads_bounded
 
     for text in ('{"a": 1e400}', "[-1e400]", '{"a": NaN}'):
         with pytest.raises(ValueError):

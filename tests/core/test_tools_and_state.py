@@ -3,9 +3,9 @@ import copy
 import numpy as np
 import pytest
 
-from envace_gym.errors import ErrorCode
-from envace_gym.messages import ToolCall
-from envace_gym.state import CowMapping, dump
+from envace_gym.core.errors import ErrorCode
+from envace_gym.core.messages import ToolCall
+from envace_gym.core.state import CowMapping, dump
 from envace_gym.suites.tau2 import DOMAINS, get_suite
 
 
@@ -115,7 +115,7 @@ def test_fast_validator_agrees_with_jsonschema_on_every_suite_tool():
 def test_deep_copy_equals_copy_deepcopy_on_every_tau2_database():
     from pydantic import BaseModel, PrivateAttr
 
-    from envace_gym.state import deep_copy
+    from envace_gym.core.state import deep_copy
 
     for domain in DOMAINS:
         db = get_suite(domain)._template.tools.db

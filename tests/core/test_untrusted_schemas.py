@@ -7,9 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from envace_gym.errors import ErrorCode
-from envace_gym.messages import ToolCall
-from envace_gym.tools import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, MAX_TOOLS, SchemaError, ToolSet
+from envace_gym.core.errors import ErrorCode
+from envace_gym.core.messages import ToolCall
+from envace_gym.core.tools import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, MAX_TOOLS, SchemaError, ToolSet
 
 
 def tool(name: str, parameters: dict) -> dict:

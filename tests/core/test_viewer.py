@@ -311,7 +311,7 @@ def call(i: int, tool: str, leaf_match: float, task_id: str = "t1") -> dict:
 def single(tmp_path_factory) -> dict[str, Path]:
     """One report per kind of input alone: a compare file (60 calls on three tools, one named by
     hostile text), a run file (7 episodes, one failed) and a training folder."""
-    from envace_gym.viewer import render
+    from envace_gym.reporting.viewer import render
 
     folder = tmp_path_factory.mktemp("single")
     calls = folder / "cmp.jsonl"

@@ -18,8 +18,8 @@ from envace_gym.cli import app
 from envace_gym.cli.output import console
 from envace_gym.evaluation import EvalConfig, EvalResults, Evaluation, markdown
 from envace_gym.evaluation.benchmarks import bfcl_category, bfcl_score
-from envace_gym.evaluation.results import figure
 from envace_gym.play.loop import run_episode
+from envace_gym.reporting.figures import eval_figure
 from envace_gym.suites.bfcl import categories as bfcl_categories
 
 runner = CliRunner()
@@ -93,7 +93,7 @@ def test_the_figure_labels_every_bar_and_says_what_was_not_run(tmp_path):
         list(run)
     results = evaluation.results()
     evaluation.close()
-    labels = [t.get_text() for t in figure(results).axes[0].texts]
+    labels = [t.get_text() for t in eval_figure(results).axes[0].texts]
     assert labels == ["0.0", "not run"]  # the random agent's zero is a bar with its value, VitaBench named
 
 

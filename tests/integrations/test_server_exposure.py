@@ -556,7 +556,7 @@ SERP_KEY = "sk-serp-never-on-the-wire-0123456789"  # no "429" in it: bfcl-eval r
 def test_a_served_web_search_episode_carries_neither_the_search_key_nor_a_loopback_page(tmp_path, monkeypatch, capfd):
     from web_pages import MARKER, closed_port, web_pages
 
-    from envace_gym.messages import format_tool_call
+    from envace_gym.core.messages import format_tool_call
     from envace_gym.play.run import Run, RunConfig
     from envace_gym.registration import register_suite
     from envace_gym.suites.bfcl.web_search import WebSearchSuite
@@ -596,8 +596,8 @@ def test_serve_takes_the_networks_a_fetch_may_reach_and_the_dynamics_it_offers(m
     from web_pages import ADMIN_PAGE, web_pages
 
     from envace_gym.cli import app
+    from envace_gym.core.messages import format_tool_call
     from envace_gym.integrations.openenv import server as server_module
-    from envace_gym.messages import format_tool_call
 
     monkeypatch.setenv("SERPAPI_API_KEY", SERP_KEY)
     made = []

@@ -15,6 +15,7 @@ from envace_gym.agents.base import Agent
 from envace_gym.play import records
 from envace_gym.play.loop import failed_record, run_batched, run_episodes
 from envace_gym.play.records import RunRecord, resume_records, write_record
+from envace_gym.reporting.figures import training_figure
 
 MOCK = "EnvACE/tau2-mock-v0"
 
@@ -123,9 +124,9 @@ def test_resume_fills_the_defaults_of_an_older_record(written, tmp_path):
 
 
 def test_training_panels_are_declared_once():
-    from envace_gym import viewer
+    from envace_gym.reporting import viewer
 
     assert not hasattr(viewer, "TRAINING_PANELS")
-    assert records.training_figure([{"step": 1, "lr": 0.1}]) is None
-    fig = records.training_figure([{"step": s, "reward": s / 10, "kl/act": 0.1, "eval/reward": None} for s in (1, 2)])
+    assert training_figure([{"step": 1, "lr": 0.1}]) is None
+    fig = training_figure([{"step": s, "reward": s / 10, "kl/act": 0.1, "eval/reward": None} for s in (1, 2)])
     assert [ax.get_title() for ax in fig.axes] == ["reward by role", "KL and clip fraction"]

@@ -73,7 +73,7 @@ def test_a_minimal_suite_runs_under_every_dynamics(dynamics):
     assert env.unwrapped.task_ids == ["two", "chat"] and env.unwrapped.split is None
     record = run_episode(env, agents.load("oracle", env=env), "two", seed=0)
     assert record["reward"] == 1.0 and record["ended_by"] == "user_stop", record
-    assert record["messages"][0]["content"] == envace_gym.suite.DEFAULT_SYSTEM_PROMPT
+    assert record["messages"][0]["content"] == envace_gym.core.suite.DEFAULT_SYSTEM_PROMPT
     assert record["messages"][1] == {"role": "user", "content": "Add 1, then 2."}
     tool_messages = [m["content"] for m in record["messages"] if m["role"] == "tool"]
     assert tool_messages == ['{"total": 1}', '{"total": 3}']  # the oracle rehearses what the world answers

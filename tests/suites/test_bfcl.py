@@ -12,7 +12,7 @@ from helpers import play
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 from envace_gym.suites.bfcl import get_suite, multi_turn, single_turn
 from envace_gym.suites.bfcl.multi_turn import CANNOT, DONE, state_differences
 

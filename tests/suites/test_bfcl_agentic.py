@@ -21,9 +21,9 @@ from helpers import play
 
 from envace_gym import agents
 from envace_gym.agents.private_rehearsal import PrivateRehearsal
+from envace_gym.core.limits import Limits
+from envace_gym.core.messages import format_tool_call
 from envace_gym.env import EnvACEEnv
-from envace_gym.limits import Limits
-from envace_gym.messages import format_tool_call
 from envace_gym.suites.bfcl import memory, web_search
 from envace_gym.suites.bfcl.categories import MEMORY as MEMORY_CATEGORIES
 from envace_gym.suites.bfcl.categories import WEB_SEARCH as WEB_SEARCH_CATEGORIES

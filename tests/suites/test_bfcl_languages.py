@@ -18,8 +18,8 @@ from gymnasium.utils.env_checker import check_env
 from helpers import play
 
 from envace_gym import agents
+from envace_gym.core.messages import format_tool_call
 from envace_gym.env import EnvACEEnv
-from envace_gym.messages import format_tool_call
 from envace_gym.suites.bfcl import format_sensitivity as fs
 from envace_gym.suites.bfcl import source
 from envace_gym.suites.bfcl.single_turn import LANGUAGES, category_suite

@@ -24,8 +24,9 @@ from paths import EXAMPLES, SUPPORT
 
 from envace_gym import EnvACEEnv, agents, make_mcp_env
 from envace_gym.agents.base import Agent, RoleSplit
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.tools import SchemaError
 from envace_gym.fidelity import summarize
-from envace_gym.messages import format_tool_call
 from envace_gym.play.compare import compare_calls
 from envace_gym.rewards import tool_f1_summary
 from envace_gym.suites.mcp import (
@@ -41,7 +42,6 @@ from envace_gym.suites.mcp import (
 )
 from envace_gym.suites.mcp.guard import LOG_CAP
 from envace_gym.suites.mcp.runtime import GUARD
-from envace_gym.tools import SchemaError
 
 SERVER = [sys.executable, str(SUPPORT / "mcp_server.py")]
 TRANSFER = {"request": {"source": "A-1", "target": "B-2", "amount": {"value": 5, "currency": "EUR"}}}
@@ -374,7 +374,7 @@ def test_no_server_outlives_its_parent_killed(reap):
         import json, sys, threading, time, psutil
         sys.path.insert(0, {str(SUPPORT)!r})
         from envace_gym import make_mcp_env
-        from envace_gym.messages import format_tool_call
+        from envace_gym.core.messages import format_tool_call
         env = make_mcp_env({SERVER!r}, tasks=["hi"], call_timeout=900)
         env.reset(seed=0)
         # a server stuck in a long call: it would not notice its stdin close, and would linger
@@ -399,7 +399,7 @@ def one_call_script(tool: str, then: str) -> str:
         import sys, time
         sys.path.insert(0, {str(SUPPORT)!r})
         from envace_gym import make_mcp_env
-        from envace_gym.messages import format_tool_call
+        from envace_gym.core.messages import format_tool_call
         env = make_mcp_env({SERVER!r}, tasks=["hi"])
         env.reset(seed=0)
         obs, *_ = env.step(format_tool_call({tool!r}, {{}}))

@@ -10,7 +10,7 @@ from tau2_reference import tau2_reward
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 from envace_gym.suites.tau2.mock_office import SIZES, get_office_suite, office_db
 
 ENV_ID = "EnvACE/tau2-mock-office-v0"

@@ -5,7 +5,7 @@ import pytest
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 from envace_gym.play.loop import run_episodes
 
 ENV = "EnvACE/plan-choice-v0"

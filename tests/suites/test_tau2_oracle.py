@@ -12,8 +12,8 @@ from tau2_reference import tau2_reward
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.oracle import OracleAgent
-from envace_gym.messages import format_tool_call
-from envace_gym.state import model_diff
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.state import model_diff
 from envace_gym.suites.tau2 import get_suite
 
 COUNTS = {"retail": 114, "airline": 50, "telecom": 114}

@@ -27,8 +27,8 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.base import Agent
 from envace_gym.cli import app
+from envace_gym.core.messages import format_tool_call
 from envace_gym.evaluation import EvalResults
-from envace_gym.messages import format_tool_call
 from envace_gym.openai_client import ChatEndpoint
 from envace_gym.play.compare import compare_calls
 

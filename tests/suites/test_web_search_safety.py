@@ -14,8 +14,8 @@ import requests
 from web_pages import ADMIN_PAGE, MARKER, closed_port, web_pages
 
 import envace_gym  # noqa: F401
+from envace_gym.core.messages import format_tool_call
 from envace_gym.env import EnvACEEnv
-from envace_gym.messages import format_tool_call
 from envace_gym.redaction import REDACTED, redact
 from envace_gym.suites.bfcl import web_search
 from envace_gym.suites.bfcl.web_search import FetchRefused, WebSearchSuite, fetch, networks

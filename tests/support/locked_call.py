@@ -8,7 +8,7 @@ It says ``calling`` once the lock is held, then forks the call's child.
 import sys
 import time
 
-from envace_gym.limits import run_isolated
+from envace_gym.core.limits import run_isolated
 from envace_gym.play.records import OutputLock
 
 with OutputLock(sys.argv[1]):

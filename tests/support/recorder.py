@@ -1,7 +1,7 @@
 """A policy that keeps every prompt and completion it makes (the rollout and adaptive tests read them)."""
 
 from envace_gym.agents.prompting import Generation
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 
 CALL = format_tool_call("get_order_details", {"order_id": "#W2378156"})
 

@@ -10,7 +10,7 @@ from recorder import Recorder
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.agents.prompting import render_prompt
-from envace_gym.messages import format_tool_call
+from envace_gym.core.messages import format_tool_call
 from envace_gym.training.grpo import ROLE_IDS, token_logprobs
 from envace_gym.training.rollout import collect
 

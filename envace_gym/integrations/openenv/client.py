@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import gymnasium as gym
 from pydantic import ValidationError
 
+from envace_gym.core.tools import ToolSet
 from envace_gym.integrations.openenv.replies import Frame, Reply, ServedError, ServedState, ServedTasks
 from envace_gym.spaces import ActionSpace, ObservationSpace
-from envace_gym.tools import ToolSet
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection

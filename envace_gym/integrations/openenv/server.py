@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.websockets import WebSocketDisconnect
 
 from envace_gym import dynamics as dynamics_registry
-from envace_gym.grader import without_gold
+from envace_gym.core.grader import without_gold
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
 from envace_gym.integrations.openenv.replies import ServedTasks
 from envace_gym.play.records import CapturePurpose

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from envace_gym.messages import format_tool_call, parse_act
+from envace_gym.core.messages import format_tool_call, parse_act
 
 STOP = "###STOP###"  # tau2's end-of-conversation token; other suites read it as plain text
 ID_RE = re.compile(r"#\w*\d\w*|\b[A-Za-z][A-Za-z0-9]*[_-][A-Za-z0-9_-]*\d[A-Za-z0-9_-]*\b")

@@ -34,14 +34,15 @@ class CandidateEnv(gym.Wrapper):
     every episode (``reset(options={"dynamics": ...})``).
 
     Candidates come from the suite: ``suite.candidate_actions(task, obs)`` when the suite
-    defines it, else :func:`default_candidates` over the suite's tools; ``candidates=``
-    (a function of the observation) replaces both.
+    defines it, else :func:`~envace_gym.integrations.sb3.candidates.default_candidates` over the suite's
+    tools; ``candidates=`` (a function of the observation) replaces both.
 
     The observation is ``max_candidates`` rows of ``len(CANDIDATE_FEATURES) + max_tools``
     numbers in [0, 1], flattened, then ``GLOBAL_FEATURES`` (turn, calls so far, last call
     an error, candidate count). A row describes one candidate: is there one; is it a reply,
     a final reply; was the same call made before, the same tool; its
-    :meth:`Conversation.relevance` (argument values the user wrote, ids a tool response
+    :meth:`~envace_gym.integrations.sb3.candidates.Conversation.relevance` (argument values the user wrote,
+    ids a tool response
     ties to the user's words, quoted values the user introduced with the argument's name);
     its argument count; same tool as the last call; its slot; a one-hot of its tool.
     ``action_masks()`` marks the real candidates (for sb3-contrib's ``MaskablePPO``).

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from envace_gym.suites.bfcl import categories
 
 if TYPE_CHECKING:
-    from envace_gym.suite import Suite
+    from envace_gym.core.suite import Suite
 
 CATEGORIES = categories.ALL
 

@@ -18,13 +18,13 @@ from typing import Any
 from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
 from bfcl_eval.eval_checker.agentic_eval.agentic_checker import agentic_checker
 
-from envace_gym.episode import Episode, Task
-from envace_gym.grader import Grader
-from envace_gym.messages import format_tool_call
-from envace_gym.suite import Suite, User, World
+from envace_gym.core.episode import Episode, Task
+from envace_gym.core.grader import Grader
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.suite import Suite, User, World
+from envace_gym.core.tools import ToolSet
 from envace_gym.suites.bfcl import categories, source  # noqa: F401  (source sets BFCL_PROJECT_ROOT, which bfcl-eval's loaders read)
 from envace_gym.suites.bfcl.schemas import openai_schema
-from envace_gym.tools import ToolSet
 
 CATEGORIES = categories.MEMORY + categories.WEB_SEARCH
 

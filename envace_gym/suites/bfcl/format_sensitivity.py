@@ -39,11 +39,12 @@ from bfcl_eval.utils import (
     load_format_sensitivity_test_cases,
 )
 
-from envace_gym.episode import Episode, Task
-from envace_gym.grader import Grader
-from envace_gym.limits import BudgetExceeded, run_isolated
-from envace_gym.messages import CLOSE_CALL, OPEN_CALL, format_tool_call
-from envace_gym.suite import World
+from envace_gym.core.episode import Episode, Task
+from envace_gym.core.grader import Grader
+from envace_gym.core.limits import BudgetExceeded, run_isolated
+from envace_gym.core.messages import CLOSE_CALL, OPEN_CALL, format_tool_call
+from envace_gym.core.suite import World
+from envace_gym.core.tools import ToolSet
 from envace_gym.suites.bfcl.single_turn import (
     CHECKER_MODEL,
     NO_TOOL,
@@ -52,7 +53,6 @@ from envace_gym.suites.bfcl.single_turn import (
     _first_choices,
     checker_info,
 )
-from envace_gym.tools import ToolSet
 
 CATEGORY = categories.FORMAT_SENSITIVITY
 NO_TOOLS = ToolSet([])

@@ -37,7 +37,7 @@ from bfcl_eval.constants.default_prompts import (
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
 from envace_gym.cache import cache_dir
-from envace_gym.episode import Task
+from envace_gym.core.episode import Task
 from envace_gym.suites.bfcl import categories, source
 from envace_gym.suites.bfcl.agentic import AgenticSuite
 from envace_gym.suites.bfcl.multi_turn import BFCLWorld

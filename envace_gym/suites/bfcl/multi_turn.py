@@ -29,17 +29,17 @@ from bfcl_eval.constants.default_prompts import (
     MAXIMUM_STEP_LIMIT,
 )
 
-from envace_gym.episode import CallRecord, Episode, Task
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.grader import Grader
-from envace_gym.limits import Limits
-from envace_gym.messages import format_tool_call
-from envace_gym.response import DumpedJSON, Response, execute
-from envace_gym.state import deep_copy
-from envace_gym.suite import Suite, User, UserReply, World
+from envace_gym.core.episode import CallRecord, Episode, Task
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.grader import Grader
+from envace_gym.core.limits import Limits
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.response import DumpedJSON, Response, execute
+from envace_gym.core.state import deep_copy
+from envace_gym.core.suite import Suite, User, UserReply, World
+from envace_gym.core.tools import ToolSet
 from envace_gym.suites.bfcl import categories, source
 from envace_gym.suites.bfcl.schemas import openai_schema
-from envace_gym.tools import ToolSet
 
 MAX_STEPS_PER_TURN = MAXIMUM_STEP_LIMIT  # bfcl-eval's limit of tool-calling steps in one user turn
 CATEGORIES = categories.MULTI_TURN

@@ -25,15 +25,15 @@ from envace_gym.suites.bfcl import categories, source  # source first: it points
 from bfcl_eval.constants.enums import Language
 from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 
-from envace_gym.episode import Episode, Task
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.grader import Grader
-from envace_gym.limits import BudgetExceeded, run_isolated
-from envace_gym.messages import format_tool_call
-from envace_gym.response import Response
-from envace_gym.suite import Suite, User, World
+from envace_gym.core.episode import Episode, Task
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.grader import Grader
+from envace_gym.core.limits import BudgetExceeded, run_isolated
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.response import Response
+from envace_gym.core.suite import Suite, User, World
+from envace_gym.core.tools import ToolSet
 from envace_gym.suites.bfcl.schemas import openai_schema, tool_name
-from envace_gym.tools import ToolSet
 
 CATEGORIES = categories.SINGLE_TURN
 #: the categories in another language than Python, checked with bfcl-eval's converters for it

@@ -47,10 +47,10 @@ import requests
 import urllib3
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
-from envace_gym.episode import Task
-from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.core.episode import Task
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.response import Response, redacted
 from envace_gym.redaction import redact
-from envace_gym.response import Response, redacted
 from envace_gym.suites.bfcl import categories, source
 from envace_gym.suites.bfcl.agentic import AgenticSuite
 from envace_gym.suites.bfcl.multi_turn import BFCLWorld

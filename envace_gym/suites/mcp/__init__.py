@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from envace_gym.episode import Task
+from envace_gym.core.episode import Task
 from envace_gym.suites.mcp.runtime import Http, InProcess, ServerError, Stdio
 from envace_gym.suites.mcp.suite import MCPSuite, function_schema
 from envace_gym.suites.mcp.tasks import TaskRecord, finmcp_tasks, load_finmcp, load_tasks, unique_ids
@@ -21,7 +21,7 @@ SUITE_OPTIONS = ("name", "deterministic", "pool_size", "call_timeout", "startup_
 
 
 def as_tasks(tasks: str | Path | Sequence[Task | dict | str]) -> list[Task]:
-    """Tasks from a JSONL path, or a list of :class:`~envace_gym.episode.Task`, task records (dicts) or
+    """Tasks from a JSONL path, or a list of :class:`~envace_gym.core.episode.Task`, task records (dicts) or
     user messages."""
     if isinstance(tasks, (str, Path)):
         return load_tasks(tasks)

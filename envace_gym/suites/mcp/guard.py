@@ -11,7 +11,7 @@ find through ``/proc``, then its whole group: the server and anything the server
 The server's stderr (its tracebacks) reaches the guard through a pipe and is appended to
 ``LOG_PATH``, not the user's terminal; past ``LOG_CAP`` bytes the log becomes ``LOG_PATH.1``
 (replacing the older one) and a new one starts. A command that cannot start is still said
-on the guard's own stderr. The two requests are ``envace_gym/limits.py``'s :func:`die_with_parent`,
+on the guard's own stderr. The two requests are :func:`envace_gym.core.limits.die_with_parent`,
 loaded by its path (the guard runs without the package on its path).
 """
 
@@ -88,7 +88,7 @@ def _copy_to_log(source: int, log: str) -> None:
 
 def _limits():
     """The package's ``limits`` module (standard library only), loaded from its file."""
-    spec = spec_from_file_location("envace_gym_limits", Path(__file__).resolve().parents[2] / "limits.py")
+    spec = spec_from_file_location("envace_gym_limits", Path(__file__).resolve().parents[2] / "core" / "limits.py")
     module = module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up by name
     spec.loader.exec_module(module)

@@ -9,14 +9,14 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from envace_gym.episode import Task
-from envace_gym.grader import Grader
-from envace_gym.messages import format_tool_call
-from envace_gym.response import Response
-from envace_gym.suite import DEFAULT_SYSTEM_PROMPT, Suite, World
+from envace_gym.core.episode import Task
+from envace_gym.core.grader import Grader
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.response import Response
+from envace_gym.core.suite import DEFAULT_SYSTEM_PROMPT, Suite, World
+from envace_gym.core.tools import MAX_TOOLS, ToolSet
 from envace_gym.suites.mcp.runtime import Http, InProcess, Runtime, ServerError, Stdio, server_spec
 from envace_gym.suites.mcp.worlds import MCPWorld, RecordedWorld
-from envace_gym.tools import MAX_TOOLS, ToolSet
 
 MAX_PAGES, LIST_SECONDS = 100, 60.0  # bounds of one tools/list: pages followed, seconds in all
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envace_gym.episode import Task
-from envace_gym.messages import escape_tags, loads_bounded
-from envace_gym.response import Response
+from envace_gym.core.episode import Task
+from envace_gym.core.messages import escape_tags, loads_bounded
+from envace_gym.core.response import Response
 
 
 class GoldCall(BaseModel):

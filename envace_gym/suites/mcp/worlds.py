@@ -11,10 +11,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from pydantic import ValidationError
 
-from envace_gym.episode import recorded, recording_key
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.response import Response
-from envace_gym.suite import World
+from envace_gym.core.episode import recorded, recording_key
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.response import Response
+from envace_gym.core.suite import World
 from envace_gym.suites.mcp.runtime import InProcess, Runtime, ServerError
 
 

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, cast
 from tau2.data_model.message import ToolCall as Tau2ToolCall
 from tau2.data_model.tasks import RewardType
 
-from envace_gym.episode import Episode, Task
-from envace_gym.grader import Grader, unmet_arguments
-from envace_gym.messages import format_tool_call
-from envace_gym.state import model_diff
-from envace_gym.suite import World
+from envace_gym.core.episode import Episode, Task
+from envace_gym.core.grader import Grader, unmet_arguments
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.state import model_diff
+from envace_gym.core.suite import World
 from envace_gym.suites.tau2.users import scenario_parts
 
 if TYPE_CHECKING:

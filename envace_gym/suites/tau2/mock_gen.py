@@ -19,7 +19,7 @@ from typing import Any
 
 from tau2.data_model.tasks import Task as Tau2Task
 
-from envace_gym.episode import Task
+from envace_gym.core.episode import Task
 from envace_gym.suites.tau2.suite import Tau2Suite
 
 SIZES = {"train": 5000, "test": 200}

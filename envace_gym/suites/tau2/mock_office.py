@@ -20,7 +20,7 @@ import random
 from functools import cache
 from typing import Any
 
-from envace_gym.episode import Task
+from envace_gym.core.episode import Task
 from envace_gym.suites.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
 from envace_gym.suites.tau2.suite import Tau2World
 

@@ -3,7 +3,7 @@
 The tool code and database models are tau2's own. What differs from tau2's path
 is how state is held: each domain's database is loaded and validated once per
 process, every episode's world is a copy-on-write view of it
-(:mod:`envace_gym.state`), and each task's initial and gold worlds are built
+(:mod:`envace_gym.core.state`), and each task's initial and gold worlds are built
 once and cached, so a reset is a fork and a score is a diff of touched items.
 """
 
@@ -21,14 +21,14 @@ from tau2.utils import load_file
 from tau2.utils.pydantic_utils import update_pydantic_model_with_dict
 from tau2.utils.utils import DATA_DIR
 
-from envace_gym.episode import Task
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.response import DumpedJSON, Response
-from envace_gym.state import cow_model, fork_model
-from envace_gym.suite import Suite, User, World
+from envace_gym.core.episode import Task
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.response import DumpedJSON, Response
+from envace_gym.core.state import cow_model, fork_model
+from envace_gym.core.suite import Suite, User, World
+from envace_gym.core.tools import ToolSet
 from envace_gym.suites.tau2.grader import Tau2Grader
 from envace_gym.suites.tau2.users import GREETING, LLMUser, ScriptedUser, scenario_parts
-from envace_gym.tools import ToolSet
 
 DOMAINS = ("retail", "airline", "telecom", "mock")
 DEFAULT_SPLIT = {"retail": "test", "airline": "test", "telecom": "base", "mock": "base"}

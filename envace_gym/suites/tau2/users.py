@@ -7,10 +7,10 @@ import re
 
 from tau2.utils.utils import DATA_DIR
 
-from envace_gym.episode import CallRecord, Task
-from envace_gym.messages import ToolCall, assistant_message, tool_message
+from envace_gym.core.episode import CallRecord, Task
+from envace_gym.core.messages import ToolCall, assistant_message, tool_message
+from envace_gym.core.suite import User, UserReply, World
 from envace_gym.openai_client import ChatEndpoint
-from envace_gym.suite import User, UserReply, World
 
 GREETING = "Hi! How can I help you today?"  # the agent's opening, as in tau2
 

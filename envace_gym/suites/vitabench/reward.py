@@ -17,8 +17,8 @@ from __future__ import annotations
 import builtins
 import threading
 
-from envace_gym.episode import Episode
-from envace_gym.errors import ErrorCode
+from envace_gym.core.episode import Episode
+from envace_gym.core.errors import ErrorCode
 from envace_gym.openai_client import ChatEndpoint
 from envace_gym.specs import parse_spec
 from envace_gym.suites.vitabench.source import LANGUAGE, judge_options, load

@@ -19,13 +19,13 @@ from datetime import UTC, datetime
 from functools import cache, cached_property, partial
 from typing import Any
 
-from envace_gym.episode import Episode, Task
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.grader import NoGoldGrader
-from envace_gym.response import Response
-from envace_gym.suite import Suite, User, World
+from envace_gym.core.episode import Episode, Task
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.grader import NoGoldGrader
+from envace_gym.core.response import Response
+from envace_gym.core.suite import Suite, User, World
+from envace_gym.core.tools import ToolSet
 from envace_gym.suites.vitabench.source import CROSS_DOMAIN, DOMAINS, LANGUAGE, ROOT_VARIABLE, TASK_SETS, load, root
-from envace_gym.tools import ToolSet
 
 load()
 

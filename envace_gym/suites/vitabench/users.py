@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import re
 
-from envace_gym.episode import Task
+from envace_gym.core.episode import Task
+from envace_gym.core.suite import User, UserReply, World
 from envace_gym.openai_client import ChatEndpoint
-from envace_gym.suite import User, UserReply, World
 from envace_gym.suites.vitabench.source import LANGUAGE, load
 
 load()

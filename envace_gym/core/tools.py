@@ -20,8 +20,8 @@ import numpy as np
 import re2
 from referencing import Registry
 
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.messages import ToolCall
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.messages import ToolCall
 
 MAX_TOOLS = 1024  # tools in one tool set
 MAX_SCHEMA_NODES = 20_000  # objects, arrays and values in one tool's schema

@@ -1,7 +1,7 @@
 """Parsing model text into tool calls and tool responses, and building chat messages.
 
 Model output is data: it is parsed with ``json`` and nothing else, and every
-failure becomes a :class:`~envace_gym.errors.ToolError` instead of an exception.
+failure becomes a :class:`~envace_gym.core.errors.ToolError` instead of an exception.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace_gym.errors import ErrorCode, ToolError
+from envace_gym.core.errors import ErrorCode, ToolError
 
 OPEN_CALL, CLOSE_CALL = "<tool_call>", "</tool_call>"
 LEADING_THINK_RE = re.compile(r"^\s*(?:<think>.*?(?:</think>|\Z)\s*)+", re.DOTALL)

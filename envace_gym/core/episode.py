@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.limits import Limits
-from envace_gym.response import OVER_TIME, execute
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.limits import Limits
+from envace_gym.core.response import OVER_TIME, execute
 
 if TYPE_CHECKING:
-    from envace_gym.suite import Suite, World
+    from envace_gym.core.suite import Suite, World
 
 
 @dataclass
@@ -64,10 +64,10 @@ class Task:
     """One problem of a suite. ``data`` is the suite's own task object (gold included).
 
     Two generic fields serve the defaults: ``user``, what the generic
-    :class:`~envace_gym.suite.ScriptedUser` says (its opening message, or a list: the
+    :class:`~envace_gym.core.suite.ScriptedUser` says (its opening message, or a list: the
     opening, then one message per agent reply), and ``gold``, the task's gold calls in
     order (``{"name", "arguments"}``, optionally ``"requestor"``), which the default
-    :class:`~envace_gym.grader.Grader` scores against and the oracle plays.
+    :class:`~envace_gym.core.grader.Grader` scores against and the oracle plays.
     """
 
     id: str

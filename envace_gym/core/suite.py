@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from envace_gym.episode import CallRecord, Task
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.grader import Grader, NoGoldGrader
-from envace_gym.response import Response
-from envace_gym.tools import ToolSet
+from envace_gym.core.episode import CallRecord, Task
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.grader import Grader, NoGoldGrader
+from envace_gym.core.response import Response
+from envace_gym.core.tools import ToolSet
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with tools. Call a tool when it helps; when the "
@@ -153,8 +153,8 @@ class Suite(ABC):
     @cached_property
     def grader(self) -> Grader:
         """The one object that holds the gold and scores episodes (override it, as a cached property,
-        to return your own :class:`~envace_gym.grader.Grader`). Default: a ``Grader`` of the tasks'
-        ``gold`` calls, or a :class:`~envace_gym.grader.NoGoldGrader` when no task has any."""
+        to return your own :class:`~envace_gym.core.grader.Grader`). Default: a ``Grader`` of the tasks'
+        ``gold`` calls, or a :class:`~envace_gym.core.grader.NoGoldGrader` when no task has any."""
         return Grader(self) if any(task.gold for task in self.tasks) else NoGoldGrader(self)
 
     def isolates(self, name: str, arguments: dict) -> bool:

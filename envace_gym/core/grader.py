@@ -6,13 +6,13 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from envace_gym.episode import Episode, Task, canonical, recording_key
-from envace_gym.limits import Limits
-from envace_gym.messages import format_tool_call
-from envace_gym.response import execute
+from envace_gym.core.episode import Episode, Task, canonical, recording_key
+from envace_gym.core.limits import Limits
+from envace_gym.core.messages import format_tool_call
+from envace_gym.core.response import execute
 
 if TYPE_CHECKING:
-    from envace_gym.suite import Suite, World
+    from envace_gym.core.suite import Suite, World
 
 
 #: The text of a reward's parts that may leave the scorer: names of checks and of what went wrong, never a
@@ -50,7 +50,7 @@ def without_gold(parts: Any, key: str | None = None) -> Any:
 
 def unmet_arguments(gold: dict, made: dict, names: Iterable[str] | None = None) -> list[str]:
     """The names of the arguments (of both calls, or ``names``) in which a made call differs from a gold one,
-    numbers compared as numbers (:func:`~envace_gym.episode.canonical`): what a failed check's ``unmet`` lists.
+    numbers compared as numbers (:func:`~envace_gym.core.episode.canonical`): what a failed check's ``unmet`` lists.
 
     >>> unmet_arguments({"celsius": 22, "room": "hall"}, {"celsius": 22.0, "room": "den", "fan": True})
     ['fan', 'room']
@@ -70,7 +70,7 @@ class Grader:
     gold-call match, :meth:`evaluate` (the ``world`` and ``replay`` rewards) is that match
     unless overridden to check the world's state, :meth:`oracle_plan` makes each gold call
     then says "Done.", and :meth:`recordings` are the gold calls' real responses. A suite
-    returns its grader from :attr:`Suite.grader <envace_gym.suite.Suite.grader>`.
+    returns its grader from :attr:`Suite.grader <envace_gym.core.suite.Suite.grader>`.
     """
 
     def __init__(self, suite: Suite):
@@ -150,7 +150,7 @@ class Grader:
         return None
 
     def recordings(self, task: Task) -> dict[tuple[str, str], list[str]]:
-        """Real responses of the task's gold calls, keyed by :func:`~envace_gym.episode.recording_key`."""
+        """Real responses of the task's gold calls, keyed by :func:`~envace_gym.core.episode.recording_key`."""
         if task.id not in self._recordings:
             table: dict[tuple[str, str], list[str]] = {}
             world = self.suite.new_world(task)

@@ -1,4 +1,4 @@
-"""What a tool call answers (:class:`Response`), and running one within :class:`~envace_gym.limits.Limits`."""
+"""What a tool call answers (:class:`Response`), and running one within :class:`~envace_gym.core.limits.Limits`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envace_gym.errors import ErrorCode, ToolError
-from envace_gym.limits import BudgetExceeded, Limits, run_bounded, run_isolated
-from envace_gym.messages import brackets_within_depth, loads_bounded
+from envace_gym.core.errors import ErrorCode, ToolError
+from envace_gym.core.limits import BudgetExceeded, Limits, run_bounded, run_isolated
+from envace_gym.core.messages import brackets_within_depth, loads_bounded
 from envace_gym.redaction import redact
 
 if TYPE_CHECKING:
-    from envace_gym.suite import Suite, World
+    from envace_gym.core.suite import Suite, World
 
 #: The ``native`` of a limit error whose call ran out of time.
 OVER_TIME = "over_time"

@@ -29,9 +29,10 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from envace_gym.core.messages import escape_tags, loads_bounded
 from envace_gym.fidelity import flatten
-from envace_gym.messages import escape_tags, loads_bounded
 from envace_gym.play import records
+from envace_gym.reporting.figures import training_figure
 
 
 def _diff(real, rehearsed) -> dict:
@@ -84,9 +85,9 @@ def _call(r: dict, source: str) -> dict:
 
 
 def _training_svg(rows: list[dict], title: str) -> str:
-    """Training curves (:func:`records.training_figure`) as one inline SVG (matplotlib's SVG backend
+    """Training curves (:func:`~envace_gym.reporting.figures.training_figure`) as one inline SVG (matplotlib's SVG backend
     writes its text XML-escaped); empty without a curve."""
-    fig = records.training_figure(rows, title)
+    fig = training_figure(rows, title)
     if fig is None:
         return ""
     out = io.StringIO()
@@ -188,4 +189,4 @@ def render(paths: Sequence[str | Path], out: str | Path) -> Path:
 
 
 PLACEHOLDER = re.compile("__DATA__|__SVGS__")
-PAGE = (resources.files("envace_gym") / "viewer.html").read_text(encoding="utf-8")  # the page, package data
+PAGE = (resources.files("envace_gym.reporting") / "viewer.html").read_text(encoding="utf-8")  # the page, package data
