@@ -223,7 +223,7 @@ def test_eval_starts_by_removing_what_it_rewrites_and_a_failed_write_is_one_line
     def full_disk(results, path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("envace_gym.evaluation.evaluate.plot", full_disk)
+    monkeypatch.setattr("envace_gym.evaluation.evaluate.plot_eval", full_disk)
     result = runner.invoke(app, ["eval", "--suites", OFFICE, "--limit", "1", "--out", str(out)])
     assert result.exit_code == 2 and result.output.strip().splitlines()[-1].startswith("error:"), result.output
     assert not (out / "results.png").exists() and not list(out.glob(".*part*"))
