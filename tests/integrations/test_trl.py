@@ -10,9 +10,10 @@ pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[trl]'
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
+from training_configs import grpo_config  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import get_json_schema  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
 
 import envace_gym  # noqa: E402, F401
 from envace_gym.integrations.trl import (  # noqa: E402
@@ -46,26 +47,6 @@ def forcing(tokenizer, text: str, after: str = "", scale: float = 100.0) -> dict
     context = tokenizer(after, add_special_tokens=False)["input_ids"]
     ids = tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
     return {tuple(context + ids[: k + 1]): scale * (k + 1) for k in range(len(ids))}
-
-
-def grpo_config(out, **kwargs) -> GRPOConfig:
-    return GRPOConfig(
-        output_dir=str(out),
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_steps=1,
-        learning_rate=1e-5,
-        beta=0.0,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-        dataloader_num_workers=0,
-        **kwargs,
-    )
 
 
 def test_environment_class_has_exactly_the_suites_tools_and_scores_with_the_env():

@@ -1,4 +1,5 @@
-"""The tiny GRPO run the training tests share (tests/training/: train, checkpoint, distributed, fsdp)."""
+"""The tiny GRPO runs the training tests share (tests/training/: train, checkpoint, distributed, fsdp), and a
+CPU config of TRL's GRPOTrainer (tests/integrations/test_trl.py, tests/training/test_learning.py)."""
 
 from pathlib import Path
 
@@ -27,3 +28,26 @@ def tiny_config(tiny: Path | str, out: Path | str, **overrides) -> TrainConfig:
         seed=0,
     )
     return TrainConfig(**(settings | overrides))
+
+
+def grpo_config(out: Path | str, **overrides):
+    """TRL's ``GRPOConfig`` for a CPU test writing to ``out``: one step of one group of two, lr 1e-5, no KL,
+    no saving or reporting, seed 0; ``overrides`` replace any of these or set any other field."""
+    from trl import GRPOConfig
+
+    settings = dict(
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=1,
+        learning_rate=1e-5,
+        beta=0.0,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    return GRPOConfig(output_dir=str(out), **(settings | overrides))

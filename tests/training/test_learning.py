@@ -11,6 +11,7 @@ import statistics
 import gymnasium as gym
 import pytest
 import torch
+from training_configs import grpo_config
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
@@ -179,7 +180,7 @@ def test_trl_grpo_learns_the_rewarded_plan(plan_warm, tmp_path):
     pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[trl]'")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from envace_gym.integrations.trl import EpisodeRollout, episode_reward, make_dataset
 
@@ -187,22 +188,13 @@ def test_trl_grpo_learns_the_rewarded_plan(plan_warm, tmp_path):
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(plan_warm),
         processing_class=tokenizer,
-        args=GRPOConfig(
-            output_dir=str(tmp_path / "trl"),
-            per_device_train_batch_size=16,  # 2 tasks x 8 episodes, one update a step
+        args=grpo_config(  # 2 tasks x 8 episodes, one update a step
+            tmp_path / "trl",
+            per_device_train_batch_size=16,
             num_generations=8,
             max_steps=16,
             learning_rate=1e-3,
-            beta=0.0,
             max_completion_length=PLAN_TOKENS,
-            use_cpu=True,
-            bf16=False,
-            report_to=[],
-            save_strategy="no",
-            logging_steps=1,
-            disable_tqdm=True,
-            seed=0,
-            dataloader_num_workers=0,
         ),
         train_dataset=make_dataset(PLAN, split="train"),
         rollout_func=EpisodeRollout(PLAN, split="train", dynamics="real", max_turns=PLAN_TURNS),
