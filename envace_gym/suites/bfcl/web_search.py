@@ -258,7 +258,9 @@ def _get(parts, host: str, port: int, address: str, headers: dict, deadline: flo
                 preload_content=False,
             )
             body = bytearray()
-            for chunk in raw.stream(1 << 16, decode_content=True):
+            # read1: what has arrived, at most one read of the socket, so that a page trickled a byte at a
+            # time meets the deadline (a whole-chunk read would wait for its 64 KB)
+            while chunk := raw.read1(1 << 16, decode_content=True):
                 body += chunk
                 if len(body) >= FETCH_BYTES:
                     del body[FETCH_BYTES:]
