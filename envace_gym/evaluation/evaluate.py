@@ -18,7 +18,7 @@ import gymnasium as gym
 from envace_gym import agents, registration
 from envace_gym.agents.base import Agent
 from envace_gym.config_fields import COUNT, NONNEGATIVE, check_settings, setting
-from envace_gym.env_settings import EnvSettings, shared
+from envace_gym.env_settings import EnvSettings, given_ids, shared
 from envace_gym.evaluation.benchmarks import KNOWN, PAPER, Benchmark, absent_category, domain_name, own_benchmark
 from envace_gym.evaluation.results import (
     WORLD_METRICS,
@@ -32,7 +32,7 @@ from envace_gym.evaluation.results import (
 )
 from envace_gym.play.compare import compare_calls, determinism
 from envace_gym.play.records import OutputLock, RunRecord, id_path, safe_name, write_record
-from envace_gym.play.run import Run, RunConfig, check_not_written, given_ids
+from envace_gym.play.run import Run, RunConfig, check_not_written
 from envace_gym.registration import resolve_env
 from envace_gym.reporting.figures import plot_eval
 from envace_gym.wrappers import unwrap

@@ -22,14 +22,12 @@ from envace_gym.agents.base import Agent
 from envace_gym.agents.hf import play_settings
 from envace_gym.config_fields import COUNT, NONNEGATIVE, check_settings, setting
 from envace_gym.dynamics import get as get_dynamics
-from envace_gym.env_settings import (  # noqa: F401  (env_kwargs, given_ids, expand_ranges, user_option: re-exported)
+from envace_gym.env_settings import (
     SHARED_RANGES,
     EnvSettings,
-    env_kwargs,
     expand_ranges,
     given_ids,
     shared,
-    user_option,
 )
 from envace_gym.play.loop import make_envs, run_batched
 from envace_gym.play.records import OutputLock, agent_settings, id_path, resume_records, safe_name, write_record

@@ -222,7 +222,7 @@ def test_the_command_train_prints_plays_its_checkpoint_as_trained_and_shows_its_
 
 
 def test_a_user_spec_with_a_judges_option_is_refused_in_one_line():
-    from envace_gym.play.run import user_option
+    from envace_gym.env_settings import user_option
 
     assert user_option("llm:m@http://h:1/v1?timeout=5")["user_kwargs"]["timeout"] == 5
     with pytest.raises(ValueError, match="a user takes timeout and max_retries"):
