@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from copy import copy
 from dataclasses import MISSING, Field, dataclass, fields
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import gymnasium as gym
 
@@ -40,7 +40,7 @@ class EnvSettings:
     env_id: str | None = setting(
         None, "A registered id (see `envace-gym list`), or MODULE:ID or PATH.py:ID (the module registers ID)."
     )
-    split: str | None = setting(None, "Task split (train, test, base).")
+    split: str | None = setting(None, "Task split (train, test, base); all: every task.")
     task_ids: list[str] | None = setting(
         None, "Task ids (repeat or comma-separate); FIRST..LAST: the tasks between, in order."
     )
@@ -52,7 +52,7 @@ class EnvSettings:
     user: str = setting(
         "scripted", "scripted, or llm:MODEL@BASE_URL (the suite's LLM user on an OpenAI-compatible server)."
     )
-    reward: str | None = setting(
+    reward: str | RewardFn | None = setting(
         None,
         f"One of {REWARD_NAMES} (default: world under real and shadow "
         "dynamics; where the policy answers calls, replay when the suite can "
@@ -76,32 +76,49 @@ class EnvSettings:
         if self.judge is not None:
             parse_spec(self.judge, "")
 
-    def resolve(self, max_turns: int | None = None, per_episode: bool = False) -> Resolved:
+    def resolve(
+        self,
+        max_turns: int | None = None,
+        per_episode: bool = False,
+        purpose: Literal["run", "train"] = "run",
+        budget: int | None = None,
+    ) -> Resolved:
         """The env's ``gym.make`` keywords, its reward and its router, decided once for a run's envs
         (``max_turns``: the limit where none is set, e.g. a checkpoint's). A setting left at its default
         is left out, so the env's registration keeps its own; the reward, unless given or registered, is
-        :func:`~envace_gym.rewards.default_reward`'s for the run's tasks (None: each episode's own).
-        ``per_episode``: the envs' episodes may choose their dynamics (a server's sessions): no default
-        reward is decided, and each env gets its own router."""
+        :func:`~envace_gym.rewards.default_reward`'s for the run's tasks and ``purpose`` (None: each
+        episode's own). ``per_episode``: the envs' episodes may choose their dynamics (a server's sessions,
+        a held-out evaluation): no default reward is decided, and each env gets its own router.
+        ``budget``: the router's real calls per refill (``train``'s per step)."""
         if self.env_id is None:
             raise ValueError("give an env id")
         env_id, dynamics = resolve_env(self.env_id), get_dynamics(self.dynamics)
-        kwargs = env_kwargs(env_id, self.split, self.task_ids, dynamics=self.dynamics)
+        reward: str | RewardFn | None = self.reward or registered(env_id).get("reward")
+        given, judge, ids = reward is not None, None, given_ids(self.task_ids or [])
+        # the suite's tasks, looked up once where the reward or a FIRST..LAST range needs them
+        found = registration.suite(env_id, suite_split(self.split)) if not (given or per_episode) else None
+        if found is None and any(".." in t for t in ids):
+            found = registration.suite(env_id, suite_split(self.split))
+        kwargs: dict[str, Any] = {"dynamics": self.dynamics}
+        if self.split is not None:
+            kwargs["split"] = suite_split(self.split)
+        if ids:
+            kwargs["task_ids"] = expand_ranges(ids, found.task_ids) if found else ids
         options = {"max_turns": self.max_turns or max_turns, "simulator": self.simulator, "p_real": self.p_real}
         kwargs.update({k: v for k, v in options.items() if v is not None})
         if self.user != "scripted":
             kwargs.update(user_option(self.user))
-        router = FidelityRouter() if dynamics.routes and not per_episode else None  # one for the run's envs
-        if router is not None:  # (a Ray worker: its copy)
+        # one router for the run's envs (a Ray worker: its copy)
+        router = FidelityRouter(budget=budget) if dynamics.routes and not per_episode else None
+        if router is not None:
             kwargs["router"] = router
-        reward: str | RewardFn | None = self.reward or registered(env_id).get("reward")
-        given, judge = reward is not None, None
-        if reward is None and not per_episode:
-            suite, _, ids = registration.suite(env_id, self.split if self.split is not None else "default")
+        if not (given or per_episode):
+            assert found is not None  # looked up above
+            suite = found.suite
             if self.judge is not None:
                 judge = SPEC_REWARDS[suite.judge_spec](f"{suite.judge_spec}:{self.judge}")
-            tasks = [suite.task(t) for t in kwargs.get("task_ids") or ids]
-            reward = default_reward(suite, self.dynamics, tasks, purpose="run", judge=judge)
+            tasks = [suite.task(t) for t in kwargs.get("task_ids") or found.task_ids]
+            reward = default_reward(suite, self.dynamics, tasks, purpose=purpose, judge=judge)
         if reward is not None:
             kwargs["reward"] = reward
         return Resolved(env_id, kwargs, reward, router, dynamics, given=given, judge=judge)
@@ -151,11 +168,13 @@ class _Shared:
 SHARED_RANGES = {COUNT: ("limit", "workers"), SEED: ("seed",)}  # the ranges of _Shared's numbers
 
 
-def shared(name: str, default: Any = MISSING) -> Any:
-    """A config field with the help and default (``default`` when given) of the shared setting ``name``:
-    :class:`EnvSettings`'s field or another that commands share (``limit``, ``seed``, ``workers``,
-    ``ray_address``, ``resume``, ``overwrite``, ``token``)."""
+def shared(name: str, default: Any = MISSING, required: bool = False) -> Any:
+    """A config field with the help and default (``default`` when given; none when ``required``) of the
+    shared setting ``name``: :class:`EnvSettings`'s field or another that commands share (``limit``,
+    ``seed``, ``workers``, ``ray_address``, ``resume``, ``overwrite``, ``token``)."""
     found: Field = next(f for cls in (EnvSettings, _Shared) for f in fields(cls) if f.name == name)
+    if required:
+        return setting(help=found.metadata["help"])
     if default is MISSING:
         factory = found.default_factory
         default = found.default if factory is MISSING else cast("Callable[[], Any]", factory)()
@@ -176,17 +195,9 @@ def registered(env_id: str) -> dict:
     return {**getattr(spec.entry_point, "keywords", {}), **spec.kwargs, **defaults}
 
 
-def env_kwargs(env_id: str, split: str | None, task_ids: list[str] | None, **kwargs) -> dict:
-    """``gym.make`` arguments with the tasks asked for: ``task_ids`` each one id or several comma-separated,
-    ``FIRST..LAST`` being every task from FIRST to LAST in the split's order."""
-    if split is not None:
-        kwargs["split"] = split
-    if task_ids:
-        ids = given_ids(task_ids)
-        if any(".." in t for t in ids):
-            ids = expand_ranges(ids, registration.suite(env_id, split if split is not None else "default").task_ids)
-        kwargs["task_ids"] = ids
-    return kwargs
+def suite_split(split: str | None) -> str | None:
+    """A ``--split`` as the suite takes it: None (not given) is the id's default split, ``all`` every task (None)."""
+    return "default" if split is None else None if split == "all" else split
 
 
 def given_ids(task_ids: list[str]) -> list[str]:

@@ -146,7 +146,8 @@ class Run:
             "reward_source": tuple(getattr(r, "__name__", r) for r in rewards if r is not None),
         }
         if c.workers is None:  # under workers the agent's name comes with the records they play
-            self.agent = agent.bind(self.envs[0]) if agent else agents.load(c.agent, env=self.envs[0], **c.agent_kwargs)
+            env = self.envs[0]
+            self.agent = agent.bind(env) if agent else agents.load(agent_spec, env=env, **c.agent_kwargs)
             if not self.agent.acts:
                 raise ValueError(
                     f"{self.agent.name} is a world model and cannot act: it answers rehearse turns "

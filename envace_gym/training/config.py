@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from envace_gym.config_fields import COUNT, NONNEGATIVE, POSITIVE, SEED, check_settings, setting
 from envace_gym.dynamics import get as get_dynamics
+from envace_gym.env_settings import EnvSettings, shared
 from envace_gym.spaces import TURN_ROLES
 from envace_gym.specs import parse_agent
 
@@ -26,9 +27,11 @@ class TrainConfig:
         help="hf:PATH or smollm2 (transformers), vllm:PATH (an engine in this process) or "
         "vllm:PATH@BASE_URL (a `vllm serve` started with VLLM_SERVER_DEV_MODE=1)."
     )
-    env_id: str = setting(help="A registered id, or MODULE:ID or PATH.py:ID.")
+    env_id: str = shared("env_id", required=True)
     out: str = setting("runs/train", OUT_HELP)
-    dynamics: str = setting("rehearsed", "Training dynamics.")
+    dynamics: str = shared("dynamics", "rehearsed")
+    p_real: float | None = shared("p_real")
+    simulator: str | None = shared("simulator")
     eval_dynamics: str = setting("real", "Evaluation dynamics.")
     reward: str | Callable | None = setting(
         None,
@@ -42,7 +45,10 @@ class TrainConfig:
         "(zero advantages: nothing to learn; 0: never)." + RESUMES,
     )
     split: str | None = setting("train", "Training tasks' split; 'all' for suites without splits (BFCL).")
+    task_ids: list[str] | None = shared("task_ids")
     eval_split: str | None = setting("test", "Evaluation tasks' split, or 'all'.")
+    user: str = shared("user")
+    judge: str | None = shared("judge")
     group_size: int = setting(4, "Episodes per task (GRPO group).")
     tasks_per_step: int = setting(2, "Tasks per step.")
     steps: int = setting(10, "Training steps." + RESUMES)
@@ -147,6 +153,7 @@ class TrainConfig:
                 SEED: ("seed",),
             },
         )
+        self.env_settings(), self.env_settings(held_out=True)  # checked as run checks them
         dynamics = get_dynamics(self.dynamics)
         if self.world_model_coef and not dynamics.asks_world:
             raise ValueError(
@@ -166,13 +173,31 @@ class TrainConfig:
         if self.fsdp and self.lora_rank:
             raise ValueError("fsdp with lora_rank is not supported: LoRA trains few weights; drop fsdp")
 
+    def env_settings(self, held_out: bool = False) -> EnvSettings:
+        """The env of the training episodes, as ``run`` would play it (``held_out``: the evaluation's, its
+        split and dynamics, each episode its own reward); ``env_kwargs`` go to ``gym.make`` besides."""
+        dynamics = get_dynamics(self.eval_dynamics if held_out else self.dynamics)
+        split = self.eval_split if held_out else self.split
+        return EnvSettings(
+            self.env_id,
+            split="all" if split is None else split,
+            task_ids=None if held_out else self.task_ids or self.env_kwargs.get("task_ids"),
+            dynamics=dynamics.name,
+            user=self.user,
+            judge=self.judge,
+            reward=None if held_out else self.reward,
+            max_turns=self.max_turns,
+            # the training dynamics' parameters, checked as run checks them; the held-out env takes those it uses
+            **{k: getattr(self, k) for k in ("p_real", "simulator") if not held_out or k in dynamics.parameters},
+        )
+
 
 @dataclass
 class SFTConfig:
     """An SFT run; saved as ``config.json`` in the output folder."""
 
     model: str = setting(help="hf:PATH or smollm2: the model to warm-start.")
-    env_id: str = setting(help="A registered id: its oracle plays the gold and held-out episodes.")
+    env_id: str = shared("env_id", required=True)
     out: str = setting("runs/sft", OUT_HELP)
     source: str = setting(
         "gold", "gold (the oracle's episodes of --split, real dynamics) or a RUNS.jsonl written by `envace-gym run`."

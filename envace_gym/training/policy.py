@@ -16,7 +16,7 @@ import torch
 from envace_gym import agents
 from envace_gym.agents.hf import HFAgent
 from envace_gym.agents.prompting import TokenAgent
-from envace_gym.specs import parse_agent
+from envace_gym.specs import AgentSpec, parse_agent
 from envace_gym.training import checkpoint, sharding
 
 
@@ -34,7 +34,7 @@ class Policy:
 
     def __init__(
         self,
-        model: str,
+        model: str | AgentSpec,
         *,
         seed: int,
         lr: float,
@@ -54,20 +54,20 @@ class Policy:
         torch.manual_seed(seed)
         device = str(self.accelerator.device)
         sampling["seed"] = seed + self.rank
-        spec = parse_agent(model)
+        spec = model if isinstance(model, AgentSpec) else parse_agent(model)
         self.generates = spec.kind != "vllm"
         if not self.generates:
             if lora_rank:
                 raise ValueError("lora_rank with a vllm: model is not supported; use hf:PATH")
             from transformers import AutoModelForCausalLM
 
-            self.agent: TokenAgent = cast(TokenAgent, agents.load(model, **sampling, **(engine_kwargs or {})))
+            self.agent: TokenAgent = cast(TokenAgent, agents.load(spec, **sampling, **(engine_kwargs or {})))
             weights = AutoModelForCausalLM.from_pretrained(spec.arg, dtype=torch.float32).to(
                 device  # type: ignore[arg-type]  # transformers types `to` as a wrapper of Module.to
             )
         else:
             placed: dict[str, Any] = {"device": device} if spec.transformers else {}
-            hf = cast(HFAgent, agents.load(model, **sampling, **placed))  # hf:PATH and smollm2 are HFAgents
+            hf = cast(HFAgent, agents.load(spec, **sampling, **placed))  # hf:PATH and smollm2 are HFAgents
             self.agent, weights = hf, hf.model
         if lora_rank:
             from peft import LoraConfig, get_peft_model

@@ -28,7 +28,7 @@ from numbers import Real
 from envace_gym.training.tokens import conversation_tokens, rendered
 
 #: the roles, RFC 010's four and ``env_rehearsed``
-ROLES = ("context", "action", "env_output", "warning", "env_rehearsed")
+TOKEN_ROLES = ("context", "action", "env_output", "warning", "env_rehearsed")
 #: the role of a tool message by the source of the call it answers (``CallRecord.source``)
 SOURCE_ROLES = {"real": "env_output", "replay": "env_output", "rejected": "warning", "rehearsed": "env_rehearsed"}
 #: the roles of the rollout rows that :func:`~envace_gym.training.rollout.collect` builds
@@ -37,7 +37,7 @@ ROW_ROLES = {"context": "context", "act": "action", "rehearse": "env_rehearsed",
 
 @dataclass
 class RoledTokens:
-    """Token ids and the role of each (one of :data:`ROLES`); ValueError naming the field where they
+    """Token ids and the role of each (one of :data:`TOKEN_ROLES`); ValueError naming the field where they
     are not (each exporter checks again, so masks are never of another length than ``ids``)."""
 
     ids: list[int] = field(default_factory=list)
@@ -47,16 +47,16 @@ class RoledTokens:
         self.check()
 
     def check(self) -> None:
-        """ValueError naming the field unless there is one role of :data:`ROLES` for each id."""
+        """ValueError naming the field unless there is one role of :data:`TOKEN_ROLES` for each id."""
         if len(self.roles) != len(self.ids):
             raise ValueError(f"roles has {len(self.roles)} entries for {len(self.ids)} ids; it needs one for each")
-        unknown = set(self.roles) - set(ROLES)
+        unknown = set(self.roles) - set(TOKEN_ROLES)
         if unknown:
-            raise ValueError(f"roles holds unknown token roles {sorted(map(str, unknown))}; roles are {ROLES}")
+            raise ValueError(f"roles holds unknown token roles {sorted(map(str, unknown))}; roles are {TOKEN_ROLES}")
 
     def extend(self, ids: list[int], role: str) -> None:
-        if role not in ROLES:
-            raise ValueError(f"unknown token role {role!r}; roles are {ROLES}")
+        if role not in TOKEN_ROLES:
+            raise ValueError(f"unknown token role {role!r}; roles are {TOKEN_ROLES}")
         self.ids += ids
         self.roles += [role] * len(ids)
 
@@ -187,9 +187,9 @@ def role_weights(tokens: RoledTokens, weights: Mapping[str, float]) -> list[floa
     where ``env_rehearsed`` is given a weight of its own. Each weight is a finite number (ValueError naming
     the role otherwise)."""
     tokens.check()
-    unknown = set(weights) - set(ROLES)
+    unknown = set(weights) - set(TOKEN_ROLES)
     if unknown:
-        raise ValueError(f"unknown token roles {sorted(map(str, unknown))}; roles are {ROLES}")
+        raise ValueError(f"unknown token roles {sorted(map(str, unknown))}; roles are {TOKEN_ROLES}")
     for role, weight in weights.items():
         if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight):
             raise ValueError(f"weights[{role!r}] must be a finite number, got {weight!r}")

@@ -5,7 +5,7 @@ GRPO's rollouts (:func:`~envace_gym.training.rollout.collect`, its world rows) a
 
 The role vocabularies: a chat message's role is one of :data:`~envace_gym.spaces.CHAT_ROLES`, a turn's
 (an observation's, a trained role) one of :data:`~envace_gym.spaces.TURN_ROLES`, a training row's token
-one of :data:`ROLE_IDS`, an exported token one of :data:`~envace_gym.training.token_roles.ROLES` (RFC 010's).
+one of :data:`ROLE_IDS`, an exported token one of :data:`~envace_gym.training.token_roles.TOKEN_ROLES` (RFC 010's).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import time
 import warnings
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import gymnasium as gym
 import numpy as np
@@ -15,9 +15,6 @@ import torch
 
 from envace_gym import registration
 from envace_gym.config_fields import NONNEGATIVE, check_number
-from envace_gym.dynamics import get as get_dynamics
-from envace_gym.rewards import default_reward
-from envace_gym.routing import FidelityRouter
 from envace_gym.spaces import TURN_ROLES
 from envace_gym.specs import parse_agent
 from envace_gym.training import held_out
@@ -58,14 +55,15 @@ class Trainer(TrainingLoop):
     def __init__(self, config: TrainConfig):
         self.cfg, self.out = config, Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
+        model = parse_agent(config.model)
         # vllm:PATH@BASE_URL: a server that reloads the weights from OUT/engine-weights; vllm:PATH: an engine here
         engine = (
             {"weights_dir": self.out / "engine-weights"}
-            if parse_agent(config.model).base_url is not None
+            if model.base_url is not None
             else {"in_process": True, **config.engine_kwargs}
         )
         self.policy = Policy(
-            config.model,
+            model,
             seed=config.seed,
             lr=config.lr,
             steps=config.steps,
@@ -80,33 +78,20 @@ class Trainer(TrainingLoop):
         )
         # gets the weights of every update: a vllm: model's agent
         self.engine = None if self.policy.generates else cast("VLLMAgent | VLLMServerAgent", self.policy.agent)
-        reward = config.reward
-        if reward is None:
-            suite, _, task_ids = registration.suite(config.env_id, config.split)
-            tasks = [suite.task(t) for t in config.env_kwargs.get("task_ids") or task_ids]
-            reward = default_reward(suite, config.dynamics, tasks, purpose="train")
-        self.reward = reward
-        make = dict(
-            dynamics=config.dynamics,
-            reward=reward,
-            max_turns=config.max_turns,
-            rehearsal_format=config.rehearsal_format,
-            **config.env_kwargs,
-        )
-        # adaptive dynamics: one router for this process's envs (Ray rollout workers: each its own copy)
-        routes = get_dynamics(config.dynamics).routes
-        self.router = FidelityRouter(budget=config.real_call_budget) if routes else None
+        # the env's settings, decided once: gym.make's keywords, the reward, the router (adaptive dynamics)
+        resolved = config.env_settings().resolve(purpose="train", budget=config.real_call_budget)
+        self.reward, self.router = resolved.reward, resolved.router
+        make = {**resolved.make_kwargs, "rehearsal_format": config.rehearsal_format, **config.env_kwargs}
         n_envs = len(self._my_tasks(range(config.tasks_per_step))) * config.group_size
-        if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel
+        if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel (each its router's copy)
             from envace_gym.play.distributed import EnvPool
 
             self.envs: list[gym.Env] | EnvPool = EnvPool(
-                config.env_id, n_envs, config.rollout_workers, dict(split=config.split, **make), config.ray_address
+                resolved.env_id, n_envs, config.rollout_workers, make, config.ray_address
             )
-            self.task_ids = make.get("task_ids") or registration.suite(config.env_id, config.split).task_ids
+            self.task_ids = make.get("task_ids") or registration.suite(resolved.env_id, config.split).task_ids
         else:
-            routed: dict[str, Any] = {"router": self.router} if self.router else {}
-            self.envs = envs = [gym.make(config.env_id, split=config.split, **make, **routed) for _ in range(n_envs)]
+            self.envs = envs = [gym.make(resolved.env_id, **make) for _ in range(n_envs)]
             self.task_ids = unwrap(envs[0]).task_ids
         self.order = list(np.random.default_rng(config.seed).permutation(len(self.task_ids)))
         self.step, self.cursor, self.flat_steps, self.real_calls = 0, 0, 0, 0
@@ -119,10 +104,8 @@ class Trainer(TrainingLoop):
     @cached_property
     def eval_env(self) -> gym.Env:
         """The held-out env, made at the first evaluation (none with ``eval_every=0``)."""
-        cfg = self.cfg
-        return gym.make(
-            cfg.env_id, split=cfg.eval_split, dynamics=cfg.eval_dynamics, max_turns=cfg.max_turns, **cfg.env_kwargs
-        )
+        resolved = self.cfg.env_settings(held_out=True).resolve(per_episode=True)
+        return gym.make(resolved.env_id, **resolved.make_kwargs, **self.cfg.env_kwargs)
 
     optimizer = property(lambda self: self.policy.optimizer)
     scheduler = property(lambda self: self.policy.scheduler)

@@ -227,3 +227,25 @@ def test_a_user_spec_with_a_judges_option_is_refused_in_one_line():
     assert user_option("llm:m@http://h:1/v1?timeout=5")["user_kwargs"]["timeout"] == 5
     with pytest.raises(ValueError, match="a user takes timeout and max_retries"):
         user_option("llm:m@http://h:1/v1?max_reply_bytes=9")
+
+
+def test_trains_env_is_resolved_as_runs_and_refuses_what_its_dynamics_does_not_use():
+    from envace_gym.env_settings import EnvSettings
+
+    config = TrainConfig(model="hf:x", env_id="EnvACE/tau2-mock-gen-v0", dynamics="mixed", p_real=0.25)
+    resolved = config.env_settings().resolve(purpose="train", budget=3)
+    assert resolved.reward == "strict_progress" and resolved.router is None  # gold everywhere; mixed routes nothing
+    assert resolved.make_kwargs["p_real"] == 0.25 and resolved.make_kwargs["split"] == "train"
+    held_out = config.env_settings(held_out=True).resolve(per_episode=True)
+    assert held_out.make_kwargs["dynamics"] == "real" and "p_real" not in held_out.make_kwargs
+    assert "reward" not in held_out.make_kwargs  # each held-out episode its own default
+    adaptive = TrainConfig(model="hf:x", env_id="EnvACE/tau2-mock-gen-v0", dynamics="adaptive", real_call_budget=3)
+    assert adaptive.env_settings().resolve(purpose="train", budget=3).router.budget == 3
+    with pytest.raises(ValueError, match="p_real.*mixed"):
+        TrainConfig(model="hf:x", env_id="EnvACE/tau2-mock-gen-v0", p_real=0.5)  # rehearsed takes no p_real
+    with pytest.raises(ValueError, match="MODEL@BASE_URL.*no-at-sign"):
+        TrainConfig(model="hf:x", env_id="EnvACE/tau2-mock-gen-v0", judge="no-at-sign")
+    # split None (the command line's 'all') is every task, as gym.make(split=None) takes it
+    every = TrainConfig(model="hf:x", env_id="EnvACE/bfcl-simple-python-v0", split=None).env_settings()
+    assert every.resolve(purpose="train").make_kwargs["split"] is None
+    assert EnvSettings("EnvACE/bfcl-simple-python-v0", split="all").resolve().make_kwargs["split"] is None

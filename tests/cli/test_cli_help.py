@@ -87,3 +87,17 @@ def test_the_verbs_share_their_common_flags_text_and_default():
     assert set(common["--token"]) == {"run", "serve"} and set(common["--judge"]) >= {"run", "eval", "serve"}
     for flag, by_command in common.items():
         assert len(set(by_command.values())) == 1, (flag, by_command)
+
+
+#: the settings train takes from the env's (envace_gym.env_settings), and a default of its own where it has one
+TRAIN_DEFAULTS = {"--dynamics": "rehearsed"}
+
+
+def test_train_takes_the_env_settings_with_runs_help():
+    run = {param.opts[0]: param for param in COMMANDS["run"].params}
+    taken = {"--dynamics", "--p-real", "--simulator", "--task-ids", "--user", "--judge"}
+    train = {param.opts[0]: param for param in COMMANDS["train"].params if param.opts[0] in taken}
+    assert set(train) == taken
+    for flag, param in train.items():
+        assert param.help == run[flag].help, flag
+        assert param.default == TRAIN_DEFAULTS.get(flag, run[flag].default), flag

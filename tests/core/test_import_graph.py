@@ -130,7 +130,9 @@ def test_suites_sit_below_the_env():
 GYM_MAKES = {
     "envace_gym/evaluation/evaluate.py": 1,  # the world-model table's episodes
     "envace_gym/integrations/openenv/server.py": 1,  # the served env's catalog (its tools for POST /mcp)
-    "envace_gym/integrations/trl.py": 5,  # the dataset's openings, the tool loop's envs, the rollout's envs
+    "envace_gym/integrations/trl/prompts.py": 1,  # the dataset's openings
+    "envace_gym/integrations/trl/tool_loop.py": 2,  # the tool loop's envs and the probe of their tools
+    "envace_gym/integrations/trl/episodes.py": 2,  # the rollout's envs
     "envace_gym/integrations/verl.py": 2,  # the dataset's openings, the agent loop's envs
     "envace_gym/integrations/verifiers.py": 1,  # the envs that play its tasks' episodes
     "envace_gym/registration.py": 1,  # registration.suite on an id made by a user's own factory

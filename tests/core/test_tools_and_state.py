@@ -86,6 +86,7 @@ def _mutations(arguments: dict, rng) -> list[dict]:
     return out
 
 
+@pytest.mark.slow  # every tool of every suite against jsonschema: about 20 s
 def test_fast_validator_agrees_with_jsonschema_on_every_suite_tool():
     """The compiled validator (fastjsonschema) and jsonschema agree on valid and broken calls."""
     from envace_gym.suites.bfcl import get_suite as bfcl_suite

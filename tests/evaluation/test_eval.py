@@ -64,6 +64,7 @@ def test_the_oracle_fills_the_paper_table_and_its_files(tmp_path):
     )
 
 
+@pytest.mark.slow  # a whole eval with a model agent: about 12 s
 def test_a_model_agent_is_loaded_once_for_every_run_and_world_model_row(tiny, tmp_path, monkeypatch):
     from envace_gym.agents.hf import HFAgent
 

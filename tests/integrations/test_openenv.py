@@ -21,7 +21,8 @@ from websockets.sync.client import connect
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.integrations.openenv.client import RemoteEnv
-from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
+from envace_gym.integrations.openenv.protocol import jsonable
+from envace_gym.integrations.openenv.server import EnvServer, serving
 
 MOCK = "EnvACE/tau2-mock-v0"
 CASES = [("EnvACE/tau2-retail-v0", "5"), ("EnvACE/bfcl-multi-turn-base-v0", None), ("EnvACE/tau2-mock-gen-v0", None)]
@@ -321,6 +322,7 @@ def test_a_server_that_is_not_there_is_a_connection_error_naming_it_at_once():
         EnvServer(MOCK, max_sessions=0)
 
 
+@pytest.mark.slow  # OpenEnv's client in its own venv, a session per slot: about 12 s
 def test_openenv_client_sees_capacity_reached():
     with serving(EnvServer(MOCK, max_sessions=1, allow_dynamics=("rehearsed",))) as url:
         holder = RemoteEnv(url, timeout=10)

@@ -22,7 +22,8 @@ import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.integrations.openenv import access
 from envace_gym.integrations.openenv.client import RemoteEnv
-from envace_gym.integrations.openenv.server import EnvServer, jsonable, serving
+from envace_gym.integrations.openenv.protocol import jsonable
+from envace_gym.integrations.openenv.server import EnvServer, serving
 
 MOCK = "EnvACE/tau2-mock-v0"
 TOKEN = "s3cret-token-for-tests"

@@ -61,6 +61,7 @@ def test_compare_with_workers_equals_compare_in_process(ray, tmp_path):
     assert rows(tmp_path / "a.jsonl") == rows(tmp_path / "b.jsonl") and rows(tmp_path / "a.jsonl")
 
 
+@pytest.mark.slow  # Ray workers killed and restarted: about 12 s
 def test_a_worker_killed_mid_episode_reruns_it_and_one_that_always_dies_is_recorded_with_its_error(ray, tmp_path):
     flag = tmp_path / "killed-once"
     spec = WorkerSpec(MOCK, f"{AGENTS}:CrashOn", agent_kwargs={"task": "create_task_1", "flag": str(flag)})

@@ -145,7 +145,12 @@ def test_oracle_passes_every_multi_turn_entry(category):
     assert len(rewards) == 200 and sum(rewards.values()) == 200, [t for t, r in rewards.items() if r < 1]
 
 
-@pytest.mark.parametrize("category", multi_turn.CATEGORIES)
+@pytest.mark.parametrize(
+    "category",
+    [  # miss_func's sweep alone takes about 20 s
+        pytest.param(c, marks=pytest.mark.slow) if c == "multi_turn_miss_func" else c for c in multi_turn.CATEGORIES
+    ],
+)
 def test_perturbed_trajectories_agree_with_bfcl_checker(category):
     """Every entry, three perturbations each: envace-gym's verdict (and its failure type) is
     bfcl-eval's."""

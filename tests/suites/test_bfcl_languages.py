@@ -117,6 +117,7 @@ def language_perturbations(call: dict) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow  # an agreement sweep against bfcl-eval: 9 s or more
 @pytest.mark.parametrize("category", list(LANGUAGES))
 def test_oracle_passes_every_java_and_javascript_entry(bfcl, category):
     """1.0 on every entry but those bfcl-eval's checker rejects whatever the answer; there bfcl-eval
@@ -134,6 +135,7 @@ def test_oracle_passes_every_java_and_javascript_entry(bfcl, category):
     assert set(failed) == (UNREACHABLE if category == "simple_java" else set())
 
 
+@pytest.mark.slow  # an agreement sweep against bfcl-eval: 9 s or more
 @pytest.mark.parametrize("category", list(LANGUAGES))
 def test_perturbed_java_and_javascript_agree_with_bfcl(bfcl, category):
     """Every entry, eight perturbations each: the env's verdict and failure type are bfcl-eval's."""

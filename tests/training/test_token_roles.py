@@ -9,8 +9,8 @@ from envace_gym import agents
 from envace_gym.training.grpo import ROLE_IDS
 from envace_gym.training.token_roles import (
     ECHO_EXPORTERS,
-    ROLES,
     SOURCE_ROLES,
+    TOKEN_ROLES,
     RoledTokens,
     echo_mask,
     episode_tokens,
@@ -68,7 +68,7 @@ def test_every_token_has_the_role_of_whoever_wrote_it(tiny, mixed_episode):
     opening = opening_length(episode)
     assert episode.messages[opening - 1]["role"] == "assistant"  # tau2's greeting: the env's, not the policy's
     tokens = episode_tokens(tok, episode.messages, tools, sources, opening)
-    assert set(tokens.roles) <= set(ROLES) and len(tokens.ids) == len(tokens.roles)
+    assert set(tokens.roles) <= set(TOKEN_ROLES) and len(tokens.ids) == len(tokens.roles)
     # nothing lost or added: the tokens are the rendered conversation
     assert tok.decode(tokens.ids) == tok.apply_chat_template(episode.messages, tools=tools, tokenize=False)
     runs = spans(tokens, tok)

@@ -69,7 +69,8 @@ def test_each_role_vocabulary_is_defined_once():
     from envace_gym.training import config
 
     assert spaces.CHAT_ROLES == ("system", "user", "assistant", "tool") and spaces.TURN_ROLES == ("act", "rehearse")
-    assert not hasattr(prompting, "ROLES") and not hasattr(config, "ROLES")
+    assert not any(hasattr(module, "ROLES") for module in (prompting, config, token_roles, tokens, spaces))
+    assert token_roles.TOKEN_ROLES == ("context", "action", "env_output", "warning", "env_rehearsed")
     assert grpo.ROLE_IDS is tokens.ROLE_IDS and set(token_roles.ROW_ROLES) == set(tokens.ROLE_IDS)
     definitions = {
         path.relative_to(ROOT).as_posix()

@@ -33,151 +33,28 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 import gymnasium as gym
 from fastapi import FastAPI, Request, WebSocket
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from envace_gym import dynamics as dynamics_registry
-from envace_gym.core.grader import without_gold
 from envace_gym.integrations.openenv.access import Access, Guard, HeadTimeoutH11
+from envace_gym.integrations.openenv.protocol import (
+    PROTOCOL,
+    EnvACEAction,
+    EnvACEObservation,
+    EnvACEState,
+    error,
+    jsonable,
+    rpc,
+)
 from envace_gym.integrations.openenv.replies import ServedTasks
-from envace_gym.play.records import CapturePurpose
+from envace_gym.integrations.openenv.sessions import Session
 from envace_gym.redaction import redact
 from envace_gym.wrappers import unwrap
-
-PROTOCOL = "0.10"
-RESET_OPTIONS = ("task_id", "dynamics")  # reset data keys that go into reset(options=...)
-
-
-class EnvACEAction(BaseModel):
-    """One step's action: the model's raw ``text``, or an OpenAI-style assistant ``message``."""
-
-    model_config = ConfigDict(extra="forbid")
-    text: str | None = None
-    message: dict[str, Any] | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _one(self) -> EnvACEAction:
-        if (self.text is None) == (self.message is None):
-            raise ValueError("give exactly one of 'text' and 'message'")
-        return self
-
-    @property
-    def value(self) -> str | dict:
-        if self.text is not None:
-            return self.text
-        assert self.message is not None  # _one: exactly one is given
-        return self.message
-
-
-class EnvACEObservation(BaseModel):
-    """A chat prompt for the next generation, and how the last step ended."""
-
-    role: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = Field(description="null in a delta session when they did not change")
-    tool_call: dict[str, Any] | None = None
-    messages_from: int = Field(
-        0, description="delta sessions: how many messages of the previous observation come before these"
-    )
-    terminated: bool = False
-    truncated: bool = False
-    info: dict[str, Any] = Field(default_factory=dict)
-    done: bool = False
-    reward: float | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-class EnvACEState(BaseModel):
-    episode_id: str | None = None
-    step_count: int = 0
-    task_id: str | None = None
-    dynamics: str | None = None
-    role: str | None = None
-    turn: int = 0
-    capture_purpose: CapturePurpose | None = None
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as the wire carries it (what is not JSON becomes its text)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-def error(message: str, code: str, **more: Any) -> dict:
-    """An OpenEnv error frame (``WSErrorResponse``)."""
-    return {"type": "error", "data": {"message": message, "code": code, **more}}
-
-
-def tools_list(env: gym.Env) -> dict:
-    """The episode's tools as an MCP ``tools/list`` result."""
-    return {
-        "tools": [
-            {
-                "name": s["function"]["name"],
-                "description": s["function"].get("description", ""),
-                "inputSchema": s["function"].get("parameters", {"type": "object"}),
-            }
-            for s in unwrap(env).tools.schemas
-        ]
-    }
-
-
-def rpc(request: Any, env: gym.Env) -> dict:
-    """A JSON-RPC 2.0 answer: ``tools/list`` only (calls go through ``step``, where the dynamics decide
-    who answers them)."""
-    if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
-        return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}}
-    if request["method"] != "tools/list":
-        return {
-            "jsonrpc": "2.0",
-            "id": request.get("id"),
-            "error": {
-                "code": -32601,
-                "message": f"method {request['method']!r} not found: this server lists "
-                "tools; calls go through step, under the episode's dynamics",
-            },
-        }
-    return {"jsonrpc": "2.0", "id": request.get("id"), "result": tools_list(env)}
-
-
-@dataclass
-class Session:
-    env: gym.Env
-    task: asyncio.Task
-    last_active: float = field(default_factory=time.monotonic)
-    busy: bool = False
-    episode_id: str | None = None
-    step_count: int = 0
-    turn: int = 0
-    delta: bool = False  # observations hold what is new since the last one
-    sent: list = field(default_factory=list)  # the messages of the last observation sent
-    sent_tools: list | None = None
-    capture_purpose: CapturePurpose = "eval"  # what the client captures the episode for (its reset's)
-
-    def observation(self, obs: dict, info: dict, reward, terminated: bool, truncated: bool) -> dict:
-        """An observation frame's data (with the messages and tools the client already has left out, in
-        a delta session)."""
-        if "reward_info" in info:  # never over the wire, whatever the env was made with
-            info = {**info, "reward_info": without_gold(info["reward_info"]) or {}}
-        metadata = {"capture_purpose": self.capture_purpose}
-        fields = {**obs, "terminated": terminated, "truncated": truncated, "info": info, "metadata": metadata}
-        if self.delta:
-            messages, sent, start = obs["messages"], self.sent, 0
-            while start < min(len(messages), len(sent)) and messages[start] is sent[start]:
-                start += 1  # an episode's messages are appended, never edited: identity is enough
-            fields["messages"], fields["messages_from"] = messages[start:], start
-            fields["tools"] = None if obs["tools"] == self.sent_tools else obs["tools"]
-            self.sent, self.sent_tools = messages, obs["tools"]
-        return {
-            "observation": fields,
-            "reward": None if reward is None else float(reward),
-            "done": bool(terminated or truncated),
-        }
 
 
 class EnvServer:
@@ -324,12 +201,12 @@ class EnvServer:
             return error("'data' must be a JSON object", "VALIDATION_ERROR")
         try:
             if kind == "reset":
-                return self._refused_dynamics(data) or await self._run(self._reset, session, data)
+                return self._refused_dynamics(data) or await self._run(session.reset, data)
             if kind == "step":
-                return await self._run(self._step, session, EnvACEAction.model_validate(data))
+                return await self._run(session.step, EnvACEAction.model_validate(data))
             if kind == "mcp":
                 return {"type": "mcp", "data": rpc(data, session.env)}
-            return {"type": "state", "data": self._state(session).model_dump()}
+            return {"type": "state", "data": session.state().model_dump()}
         except ValidationError as e:
             return error("Invalid message", "VALIDATION_ERROR", errors=jsonable(e.errors()))
         except (ValueError, TypeError, RuntimeError) as e:  # an unknown task or dynamics, a step after the end
@@ -346,56 +223,6 @@ class EnvServer:
             "(its operator allows others with --allow-dynamics)",
             "VALIDATION_ERROR",
             allowed_dynamics=list(self.dynamics),
-        )
-
-    @staticmethod
-    def _reset(session: Session, data: dict) -> str:
-        """Reset's reply, as text (run in the pool: episodes may be long, and so their observations)."""
-        unknown = set(data) - {"seed", "episode_id", "options", "capture_purpose", *RESET_OPTIONS}
-        if unknown:
-            raise ValueError(
-                f"unknown reset parameters {sorted(unknown)}; give seed, episode_id, options, capture_purpose, "
-                f"{', '.join(RESET_OPTIONS)}"
-            )
-        seed, options = data.get("seed"), dict(data.get("options") or {})
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-        purpose = data.get("capture_purpose", "eval")
-        if purpose not in get_args(CapturePurpose):
-            raise ValueError(f"capture_purpose must be one of {get_args(CapturePurpose)}, got {purpose!r:.40}")
-        options.update({k: data[k] for k in RESET_OPTIONS if k in data})
-        obs, info = session.env.reset(seed=seed, options=options)
-        session.episode_id, session.step_count = str(data.get("episode_id") or uuid.uuid4().hex), 0
-        session.capture_purpose = purpose
-        session.turn = info["turn"]
-        return json.dumps(
-            {"type": "observation", "data": session.observation(obs, info, None, False, False)}, default=str
-        )
-
-    @staticmethod
-    def _step(session: Session, action: EnvACEAction) -> str:
-        """Step's reply, as text (run in the pool)."""
-        if unwrap(session.env).episode is None:
-            raise RuntimeError("no episode yet: send a reset first")
-        obs, reward, terminated, truncated, info = session.env.step(action.value)
-        session.step_count, session.turn = session.step_count + 1, info.get("turn", session.turn)
-        return json.dumps(
-            {"type": "observation", "data": session.observation(obs, info, reward, terminated, truncated)}, default=str
-        )
-
-    @staticmethod
-    def _state(session: Session) -> EnvACEState:
-        inner = unwrap(session.env)
-        if inner.episode is None:
-            return EnvACEState()
-        return EnvACEState(
-            episode_id=session.episode_id,
-            step_count=session.step_count,
-            task_id=inner.episode.task.id,
-            dynamics=inner.episode.dynamics,
-            role=inner.role,
-            turn=session.turn,
-            capture_purpose=session.capture_purpose,
         )
 
     # the app -------------------------------------------------------------------
