@@ -89,7 +89,7 @@ test: lint typecheck docs  ## lint, types, the docs build and every test
 	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup --max-worker-restart 0 -m "not vllm"
 	$(PY) -m pytest -q --durations=5 -m vllm
 
-# the developer loop: the checks, then the tests not marked slow (about 5 minutes on a quiet machine)
+# the developer loop: the checks, then the tests not marked slow (under 6 minutes on a quiet 2-core machine)
 test-fast: lint typecheck  ## lint, types and the tests not marked slow
 	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup --max-worker-restart 0
 
