@@ -96,9 +96,8 @@ class EnvSettings:
         reward: str | RewardFn | None = self.reward or registered(env_id).get("reward")
         given, judge, ids = reward is not None, None, given_ids(self.task_ids or [])
         # the suite's tasks, looked up once where the reward or a FIRST..LAST range needs them
-        found = registration.suite(env_id, suite_split(self.split)) if not (given or per_episode) else None
-        if found is None and any(".." in t for t in ids):
-            found = registration.suite(env_id, suite_split(self.split))
+        needs_tasks = not (given or per_episode) or any(".." in t for t in ids)
+        found = registration.suite(env_id, suite_split(self.split)) if needs_tasks else None
         kwargs: dict[str, Any] = {"dynamics": self.dynamics}
         if self.split is not None:
             kwargs["split"] = suite_split(self.split)

@@ -153,7 +153,8 @@ class TrainConfig:
                 SEED: ("seed",),
             },
         )
-        self.env_settings(), self.env_settings(held_out=True)  # checked as run checks them
+        for held_out in (False, True):  # the env's settings, checked as run checks them
+            self.env_settings(held_out)
         dynamics = get_dynamics(self.dynamics)
         if self.world_model_coef and not dynamics.asks_world:
             raise ValueError(
