@@ -83,11 +83,14 @@ class Trainer(TrainingLoop):
         self.reward, self.router = resolved.reward, resolved.router
         make = {**resolved.make_kwargs, "rehearsal_format": config.rehearsal_format, **config.env_kwargs}
         n_envs = len(self._my_tasks(range(config.tasks_per_step))) * config.group_size
-        if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel (each its router's copy)
+        if config.rollout_workers:  # the envs in Ray actors, stepped there in parallel
             from envace_gym.play.distributed import EnvPool
 
+            # each worker's envs keep a router of their own: this process's, whose budget is refilled each
+            # step, would reach them as copies that are never refilled
+            pooled = {k: v for k, v in make.items() if k != "router"}
             self.envs: list[gym.Env] | EnvPool = EnvPool(
-                resolved.env_id, n_envs, config.rollout_workers, make, config.ray_address
+                resolved.env_id, n_envs, config.rollout_workers, pooled, config.ray_address
             )
             self.task_ids = make.get("task_ids") or registration.suite(resolved.env_id, config.split).task_ids
         else:
