@@ -62,10 +62,13 @@ class AgentSpec:
         return self.transformers or (self.kind == "vllm" and self.base_url is None)
 
 
-def parse_agent(name: str) -> AgentSpec:
+def parse_agent(name: str | AgentSpec) -> AgentSpec:
     """The :class:`AgentSpec` of ``name``: ``NAME`` (builtin), ``hf:PATH``, ``vllm:PATH``,
     ``vllm:PATH@BASE_URL``, ``openai:MODEL@BASE_URL[?options]`` (:func:`parse_spec`), ``PATH.py:CLASS``
-    or ``MODULE:CLASS``; a ValueError saying the form expected where ``name`` has none of them."""
+    or ``MODULE:CLASS``; a ValueError saying the form expected where ``name`` has none of them. A spec
+    already parsed is its own."""
+    if isinstance(name, AgentSpec):
+        return name
     if not isinstance(name, str) or not name:
         raise ValueError(f"an agent name is a non-empty string, got {name!r}")
     kind, colon, arg = name.partition(":")

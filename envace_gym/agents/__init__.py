@@ -29,7 +29,7 @@ NAMES = (
 def load(name: str | AgentSpec, env: gym.Env | None = None, **kwargs: Any) -> Agent:
     """The agent called ``name`` (the names of the command line, parsed by
     :func:`~envace_gym.specs.parse_agent`, or already parsed), bound to ``env`` where it needs one."""
-    spec = name if isinstance(name, AgentSpec) else parse_agent(name)
+    spec = parse_agent(name)
     name = spec.name
     if spec.kind in ("hf", "vllm"):
         local = Path(spec.arg).expanduser()

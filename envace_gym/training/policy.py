@@ -54,7 +54,7 @@ class Policy:
         torch.manual_seed(seed)
         device = str(self.accelerator.device)
         sampling["seed"] = seed + self.rank
-        spec = model if isinstance(model, AgentSpec) else parse_agent(model)
+        spec = parse_agent(model)
         self.generates = spec.kind != "vllm"
         if not self.generates:
             if lora_rank:
