@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 BASE := $(VENV)/.base
 STAMP := $(VENV)/.installed
 step = @echo "[setup $(1)] $(2)"
+# two jobs: the type check and the docs build (a minute or more each, one core each) run side by side
+MAKEFLAGS += --jobs=2
 
 .PHONY: help setup setup-base run test test-fast lint typecheck docs bench
 

@@ -18,18 +18,25 @@ import pytest
 from fakes import FakeChatServer
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects: a test using the served SmolLM2 is a vllm test
-def pytest_collection_modifyitems(config, items):
+def pytest_itemcollected(item):
     """Every test that starts a vLLM engine is marked ``vllm`` (those using the served SmolLM2 too), and
     under ``pytest -n`` they all run on one worker, so that no two engines share the machine at once.
-    A ``gpu`` test is skipped without a CUDA device, a ``network`` test unless ENVACE_NETWORK=1.
+    The tests sharing a module's fixture run on one worker too, so that it is built once (the study, the
+    sharded run and verl's are tens of seconds to minutes each). Marked as each is collected: before -m
+    selects, and before xdist reads the groups."""
+    if "smollm2_server" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.vllm)
+    if item.get_closest_marker("vllm"):
+        item.add_marker(pytest.mark.xdist_group("vllm"))
+    elif shared := _module_fixtures(item):
+        item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared}"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """A ``gpu`` test is skipped without a CUDA device, a ``network`` test unless ENVACE_NETWORK=1.
     Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why."""
     gpu, network = _skip_gpu(items), os.environ.get("ENVACE_NETWORK") != "1"
     for item in items:
-        if "smollm2_server" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.vllm)
-        if item.get_closest_marker("vllm"):
-            item.add_marker(pytest.mark.xdist_group("vllm"))
         if gpu and item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)"))
         if network and item.get_closest_marker("network"):
@@ -40,6 +47,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "vitabench" in item.nodeid:
             item.add_marker(skip)
+
+
+def _module_fixtures(item) -> str:
+    """The module-scoped fixtures ``item`` uses, by name (``""`` for none)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.items() if info else ()
+    return ",".join(sorted(name for name, fixtures in defs if fixtures[-1].scope == "module"))
 
 
 def _skip_gpu(items) -> bool:

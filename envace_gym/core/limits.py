@@ -31,7 +31,8 @@ class Limits:
     """Per-episode bounds (``gym.make(..., limits=Limits(...))``).
 
     ``call_seconds``: one tool call (``None``: unbounded); ``call_memory_bytes``: the
-    memory a stateless tool's child process may add; ``user_seconds``: one user turn,
+    memory a stateless tool's child process may map beyond its parent's (it reuses what the
+    parent had freed first, uncounted); ``user_seconds``: one user turn,
     its user-tool calls included; ``argument_chars``: a call's arguments as JSON text;
     ``response_chars``: a tool response (real or rehearsed) as JSON text. (The
     user-tool calls one agent message may trigger are capped by the users

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
-
 from envace_gym.fidelity import METRICS
 from envace_gym.play.records import rows
 
@@ -24,6 +22,14 @@ TRAINING_PANELS = (
 )
 
 
+def _figure(**kwargs):
+    """A matplotlib ``Figure`` (no pyplot: the caller's backend stays as it is), matplotlib imported
+    here: a command that draws nothing does not pay for it."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
+
+
 def training_figure(metrics: list[dict], title: str = ""):
     """The curves of a training run's ``metrics.jsonl`` rows over its steps, one panel of
     :data:`TRAINING_PANELS` per group with a number: a matplotlib figure, or None without one."""
@@ -35,7 +41,7 @@ def training_figure(metrics: list[dict], title: str = ""):
     panels = [(name, keys) for name, keys in panels if keys]
     if not panels:
         return None
-    fig = Figure(figsize=(3.6 * len(panels), 2.8))  # no pyplot: the caller's backend stays as it is
+    fig = _figure(figsize=(3.6 * len(panels), 2.8))
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (name, keys) in zip(axes[0], panels):
         for key in keys:
@@ -51,7 +57,7 @@ def training_figure(metrics: list[dict], title: str = ""):
 
 def plot_training(path: Path, png: Path) -> None:
     """The training curves of ``metrics.jsonl`` (:func:`training_figure`) as a PNG."""
-    fig = training_figure(rows(path)) or Figure()  # no curve yet: an empty figure
+    fig = training_figure(rows(path)) or _figure()  # no curve yet: an empty figure
     fig.savefig(png, dpi=110)
 
 
@@ -63,7 +69,7 @@ def fidelity_figure(summary: dict[str, dict], title: str):
     tools = list(summary)
     y = np.arange(len(tools))
     height = 0.8 / len(METRICS)
-    fig = Figure(figsize=(8.0, 1.6 + 0.4 * len(tools)))  # no pyplot: the caller's backend stays as it is
+    fig = _figure(figsize=(8.0, 1.6 + 0.4 * len(tools)))
     ax = fig.subplots()
     for i, metric in enumerate(METRICS):
         ax.barh(y + (i - len(METRICS) / 2 + 0.5) * height, [summary[t][metric] for t in tools], height, label=metric)
@@ -100,7 +106,7 @@ def eval_figure(results: EvalResults):
     if results.world_model:
         series["world model (leaf_match x100)"] = [100 * own[n] if n in own else None for n in names]
     x, width = np.arange(len(names)), 0.8 / len(series)
-    fig = Figure(figsize=(1.8 + 1.6 * len(names), 3.6))  # no pyplot: the caller's backend stays as it is
+    fig = _figure(figsize=(1.8 + 1.6 * len(names), 3.6))
     ax = fig.subplots()
     for i, (name, values) in enumerate(series.items()):
         bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=name)
