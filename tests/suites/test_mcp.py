@@ -317,9 +317,11 @@ def test_a_dead_http_server_ends_the_episode_naming_it():
         env.close()
 
 
-def test_a_call_past_the_timeout_ends_the_episode_and_hangs_nothing(stdio, monkeypatch):
-    monkeypatch.setattr(stdio.runtime, "call_timeout", 1.0)
-    env = EnvACEEnv(stdio)
+@pytest.mark.parametrize("kind", ["stdio", "inproc"])
+def test_a_call_past_the_timeout_ends_the_episode_and_hangs_nothing(kind, request, monkeypatch):
+    suite = request.getfixturevalue(kind)
+    monkeypatch.setattr(suite.runtime, "call_timeout", 1.0)
+    env = EnvACEEnv(suite)
     env.reset(seed=0, options={"task_id": "pay"})
     start = time.monotonic()
     _, _, terminated, _, info = env.step(call("wait", seconds=30))
