@@ -106,9 +106,10 @@ def test_bfcl_power_with_a_huge_exponent_is_cut_short():
 
 
 def test_an_isolated_call_past_its_memory_budget_is_a_memory_error():
-    # the child may reuse what its parent freed before the fork, uncounted: fresh pages pass the budget fast
+    # the child may reuse what its parent freed before the fork, uncounted: chunks larger than glibc's
+    # largest mmap threshold (32 MiB) are freshly mapped, and pass the budget at once
     def grow():
-        return [bytearray(1 << 20) for _ in range(2048)]
+        return [bytearray(64 << 20) for _ in range(32)]
 
     start = time.monotonic()
     with pytest.raises(MemoryError):
