@@ -459,6 +459,9 @@ def test_a_grandchild_that_left_the_group_dies_with_the_env(reap):
 
 # the env contract ---------------------------------------------------------------
 def test_check_env(env):
+    # seeded: check_env steps with one unseeded sample, and the bank's tools include ones that sleep for
+    # minutes or start a process (on the in-process server, a child of this one, left behind)
+    env.action_space.seed(0)
     check_env(env, skip_render_check=True)
 
 
