@@ -147,7 +147,7 @@ def _resume_as(trainer, monkeypatch, out, **changed):
     [
         (
             {"env_id": "EnvACE/tau2-airline-v0"},
-            "its env_id is 'EnvACE/tau2-retail-v0', this run's 'EnvACE/tau2-airline-v0'",
+            "its env_id is 'EnvACE/tau2-mock-office-v0', this run's 'EnvACE/tau2-airline-v0'",
         ),
         ({"group_size": 3}, "its group_size is 2, this run's 3"),
         ({"model": "hf:another", "lr": 0.5}, "its model is .*; its lr is 0.001, this run's 0.5"),

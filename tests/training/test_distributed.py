@@ -21,6 +21,7 @@ def test_two_ranks_make_the_one_process_update(tiny, tmp_path):
     tasks = trainer.task_ids[:2]
     rollouts = collect(trainer.agent, trainer.envs, tasks, config.group_size, seed=7)
     assert len(rollouts) == 4 and all(any(r.roles) for r in rollouts)
+    rollouts[0].reward = 1.0  # a spread in the first group (the random model scores 0): gradients to all-reduce
     (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
     with open(tmp_path / "rollouts.pkl", "wb") as f:
         pickle.dump(rollouts, f)
@@ -37,7 +38,8 @@ def test_two_ranks_make_the_one_process_update(tiny, tmp_path):
     assert moved  # the update changed the weights
     for key in expected:
         assert torch.equal(ranks[0][key], ranks[1][key]), key  # DDP keeps the ranks identical
-        torch.testing.assert_close(ranks[0][key], expected[key], rtol=1e-5, atol=1e-6)
+        # all-reduced gradients sum in another order: Adam's normalized step carries that into the 6th digit
+        torch.testing.assert_close(ranks[0][key], expected[key], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.skipif(ACCELERATE is None, reason="needs the accelerate CLI")
@@ -52,7 +54,7 @@ def test_train_command_under_two_ranks(tiny, tmp_path):
             "--model",
             f"hf:{tiny}",
             "--env",
-            "EnvACE/tau2-retail-v0",
+            "EnvACE/tau2-mock-office-v0",
             "--dynamics",
             "rehearsed",
             "--eval-dynamics",

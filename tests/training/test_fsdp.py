@@ -40,6 +40,7 @@ def runs(tiny, tmp_path_factory):
     single = Trainer(replace(config, out=str(tmp / "single")))
     rollouts = collect(single.agent, single.envs, single.task_ids[:2], config.group_size, seed=7)
     assert len(rollouts) == 4 and all(any(r.roles) for r in rollouts)
+    rollouts[0].reward = 1.0  # a spread in the first group (the random model scores 0): gradients to shard
     (tmp / "config.json").write_text(json.dumps(asdict(config)))
     with open(tmp / "rollouts.pkl", "wb") as f:
         pickle.dump(rollouts, f)

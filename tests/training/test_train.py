@@ -12,6 +12,9 @@ from envace_gym.training.rollout import collect
 
 # this file's runs evaluate: every second step, on one held-out task
 EVALUATED = {"eval_every": 2, "eval_tasks": 1}
+# retail, where the random model's first group has a reward spread (the office's are flat: no gradient but
+# weight decay), and where Recorder's call is a tool
+RETAIL = {**EVALUATED, "env_id": "EnvACE/tau2-retail-v0"}
 
 
 def _metrics(out):
@@ -22,7 +25,7 @@ def _metrics(out):
 @pytest.mark.slow
 def test_resume_after_a_kill_continues_the_same_run(tiny, tmp_path):
     whole = tmp_path / "whole"
-    Trainer(tiny_config(tiny, whole, steps=3, **EVALUATED)).train()
+    Trainer(tiny_config(tiny, whole, steps=3, **RETAIL)).train()
     assert (whole / "metrics.png").stat().st_size > 5000 and (whole / "step-3" / "manifest.json").exists()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -33,7 +36,7 @@ def test_resume_after_a_kill_continues_the_same_run(tiny, tmp_path):
     assert [r["lr"] for r in _metrics(whole)] == pytest.approx([1e-3, 2e-3 / 3, 1e-3 / 3])  # linear decay by step
 
     part = tmp_path / "part"
-    first = Trainer(tiny_config(tiny, part, steps=3, **EVALUATED))
+    first = Trainer(tiny_config(tiny, part, steps=3, **RETAIL))
     for step in (1, 2):  # step 1 is logged and saved; step 2 is logged, then the run is killed
         record = first.train_step()
         with (part / "metrics.jsonl").open("a") as f:
@@ -41,7 +44,7 @@ def test_resume_after_a_kill_continues_the_same_run(tiny, tmp_path):
         if step == 1:
             first.save()
     del first
-    resumed = Trainer(tiny_config(tiny, part, steps=3, **EVALUATED))
+    resumed = Trainer(tiny_config(tiny, part, steps=3, **RETAIL))
     resumed.resume()
     assert resumed.step == 1 and len(_metrics(part)) == 1  # the unsaved step's log is dropped
     resumed.train()
@@ -65,7 +68,7 @@ def test_a_corrupted_checkpoint_is_refused(tiny, tmp_path):
 
 
 def test_lora_trains_only_the_adapter_and_resumes_it(tiny, tmp_path):
-    config = tiny_config(tiny, tmp_path, steps=1, **EVALUATED)
+    config = tiny_config(tiny, tmp_path, steps=1, **RETAIL)
     config.lora_rank = 4
     trainer = Trainer(config)
     base = {k: v.clone() for k, v in trainer.model.state_dict().items()}
@@ -94,7 +97,7 @@ def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_pa
 
 @pytest.mark.slow
 def test_the_world_model_loss_trains_on_real_responses(tiny, tmp_path):
-    config = tiny_config(tiny, tmp_path, steps=1, **EVALUATED)
+    config = tiny_config(tiny, tmp_path, steps=1, **RETAIL)
     config.dynamics, config.world_model_coef = "shadow", 0.5
     trainer = Trainer(config)
     agent = Recorder(trainer.agent)  # act turns call a tool, so the world answers calls
