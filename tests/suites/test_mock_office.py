@@ -1,6 +1,7 @@
 """EnvACE/tau2-mock-office-v0: one shared database (a learnable world), and the ``progress`` reward."""
 
 import importlib.util
+import json
 
 import gymnasium as gym
 import pytest
@@ -11,7 +12,7 @@ from tau2_reference import tau2_reward
 import envace_gym  # noqa: F401
 from envace_gym import agents
 from envace_gym.core.messages import format_tool_call
-from envace_gym.suites.tau2.mock_office import SIZES, get_office_suite, office_db
+from envace_gym.suites.tau2.mock_office import SIZES, get_office_suite, office_db, office_tasks
 
 ENV_ID = "EnvACE/tau2-mock-office-v0"
 CALLS = [
@@ -31,6 +32,21 @@ def test_splits_are_sized_with_disjoint_instructions():
         assert len(set(texts)) == len(texts), f"{split} repeats an instruction"
     for a, b in (("train", "test"), ("train", "validation"), ("validation", "test")):
         assert not set(instructions[a]) & set(instructions[b])
+
+
+def test_the_drawn_tasks_are_kept_and_a_damaged_copy_is_drawn_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVACE_CACHE", str(tmp_path))
+    sizes = (("train", 4), ("validation", 2), ("test", 2))
+    drawn = office_tasks.__wrapped__(sizes)  # past the process's own cache
+    (kept,) = (tmp_path / "mock-office").glob("tasks-*.json")
+    written = kept.stat().st_mtime_ns
+    assert sorted(drawn) == sorted(f"{split}_{i}" for split, n in sizes for i in range(n))
+    assert json.loads(kept.read_text()) == drawn
+    assert office_tasks.__wrapped__(sizes) == drawn and kept.stat().st_mtime_ns == written  # read, not drawn
+    kept.write_text(kept.read_text()[:100])  # cut mid-file
+    assert office_tasks.__wrapped__(sizes) == drawn and json.loads(kept.read_text()) == drawn
+    other = office_tasks.__wrapped__((("train", 1), ("validation", 1), ("test", 1)))
+    assert len(other) == 3 and len(list((tmp_path / "mock-office").glob("tasks-*.json"))) == 2
 
 
 def test_every_task_starts_from_the_one_database():

@@ -16,11 +16,16 @@ instruction is in two splits or twice in one.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
 from functools import cache
+from pathlib import Path
 from typing import Any
 
+from envace_gym.cache import cache_dir
 from envace_gym.core.episode import Task
+from envace_gym.suites.tau2 import mock_gen
 from envace_gym.suites.tau2.mock_gen import NAMES, TITLES, MockGenSuite, draw_steps, tau2_task, token_cost
 from envace_gym.suites.tau2.suite import Tau2World
 
@@ -62,8 +67,32 @@ def split_of(instruction: str) -> str:
 
 @cache
 def office_tasks(sizes: tuple[tuple[str, int], ...] = tuple(SIZES.items())) -> dict[str, dict]:
-    """Raw tau2 tasks by id (``train_0``, ``validation_3``, ``test_17``, ...), in stream order."""
-    wanted, db = dict(sizes), office_db()
+    """Raw tau2 tasks by id (``train_0``, ``validation_3``, ``test_17``, ...), in stream order: drawn
+    once (1.7 s for the default sizes), then read from ``$ENVACE_CACHE/mock-office`` (0.3 s), under a
+    name that hashes the sizes and the source of this module and of mock-gen, so an edit draws anew."""
+    key = hashlib.blake2b(repr(sizes).encode(), digest_size=8)
+    for source in (__file__, mock_gen.__file__):
+        key.update(Path(source).read_bytes())
+    path = cache_dir("mock-office") / f"tasks-{key.hexdigest()}.json"
+    try:
+        tasks = json.loads(path.read_text())
+        if isinstance(tasks, dict):
+            return tasks
+    except (OSError, ValueError):  # none yet, or a damaged file: drawn again
+        pass
+    tasks = _draw_tasks(dict(sizes))
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:  # written whole, then renamed: a process reading at the same time sees no half file
+        partial.write_text(json.dumps(tasks))
+        os.replace(partial, path)
+    except OSError:  # a read-only cache: drawn again next time
+        partial.unlink(missing_ok=True)
+    return tasks
+
+
+def _draw_tasks(wanted: dict[str, int]) -> dict[str, dict]:
+    """The stream of drafts, until every split of ``wanted`` is full."""
+    db = office_db()
     seen: dict[str, set[str]] = {split: set() for split in wanted}
     tasks: dict[str, dict] = {}
     k = 0
