@@ -7,13 +7,14 @@ import torch
 from recorder import Recorder
 from training_configs import tiny_config
 
+from envace_gym.core.messages import format_tool_call
 from envace_gym.training import CheckpointError, TrainConfig, Trainer
 from envace_gym.training.rollout import collect
 
 # this file's runs evaluate: every second step, on one held-out task
 EVALUATED = {"eval_every": 2, "eval_tasks": 1}
 # retail, where the random model's first group has a reward spread (the office's are flat: no gradient but
-# weight decay), and where Recorder's call is a tool
+# weight decay)
 RETAIL = {**EVALUATED, "env_id": "EnvACE/tau2-retail-v0"}
 
 
@@ -97,10 +98,10 @@ def test_prompted_rehearsal_trains_on_a_row_per_rehearse_generation(tiny, tmp_pa
 
 @pytest.mark.slow
 def test_the_world_model_loss_trains_on_real_responses(tiny, tmp_path):
-    config = tiny_config(tiny, tmp_path, steps=1, **RETAIL)
+    config = tiny_config(tiny, tmp_path, steps=1, **EVALUATED)
     config.dynamics, config.world_model_coef = "shadow", 0.5
     trainer = Trainer(config)
-    agent = Recorder(trainer.agent)  # act turns call a tool, so the world answers calls
+    agent = Recorder(trainer.agent, format_tool_call("get_users", {}))  # act turns call a tool: the world answers
     rows = collect(agent, trainer.envs, trainer.task_ids[:1], config.group_size, world_targets=True)
     assert len(rows) == 4  # 2 episodes, a world row each
     first = trainer.update(rows)["loss/world"]
