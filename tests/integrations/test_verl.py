@@ -224,6 +224,7 @@ def main_ppo_overrides(run: Path, model: Path, data: Path) -> list[str]:
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={ROOT / 'examples' / 'verl' / 'agent_loops.yaml'}",
         "reward.num_workers=0",  # the loop scores its episodes: verl's reward workers are never asked
         "ray_kwargs.ray_init.num_cpus=16",
+        "+ray_kwargs.ray_init.include_dashboard=false",  # its processes would start and import for nothing here
         "+ray_kwargs.ray_init.num_gpus=2",
         "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=verl_cpu.setup",
     ]
