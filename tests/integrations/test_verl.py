@@ -23,11 +23,13 @@ from safetensors.torch import load_file
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 
 
-def run_checks(arg: str) -> list[dict]:
+@pytest.fixture(scope="module")
+def checks(tiny) -> list[dict]:
+    """Every check of tests/support/verl_loop.py, one JSON line each, from one process in verl's venv."""
     if not VERL_PYTHON.exists():
         pytest.skip(f"no verl venv at {VERL_PYTHON.parent.parent}: `make setup` makes it")
     done = subprocess.run(
-        [str(VERL_PYTHON), str(SUPPORT / "verl_loop.py"), arg],
+        [str(VERL_PYTHON), str(SUPPORT / "verl_loop.py"), str(tiny)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -37,15 +39,10 @@ def run_checks(arg: str) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.fixture(scope="module")
-def checks(tiny) -> list[dict]:
-    return run_checks(str(tiny))
-
-
-@pytest.fixture(scope="module")
-def batch_checks() -> dict[str, dict]:
-    """The estimator on batches with one thing wrong (no model: verl's import is most of it)."""
-    return {c["case"]: c for c in run_checks("--batch")}
+def by_case(checks: list[dict]) -> dict[str, dict]:
+    """The estimator's checks (batches with one thing wrong, and against verl's GRPO), by case: taken from
+    ``checks`` in each test, so that every test of the fixture is one xdist group and it is built once."""
+    return {c["case"]: c for c in checks if c["check"] in ("batch", "grpo")}
 
 
 @pytest.mark.slow
@@ -77,17 +74,17 @@ def test_role_wise_advantages_in_verl_equal_the_trainers_and_the_hook_serves_the
 
 
 @pytest.mark.parametrize("case", ["nan reward", "inf reward"])
-def test_a_non_finite_reward_leaves_its_row_out_as_the_trainer_leaves_out_a_failed_reward(batch_checks, case):
-    c = batch_checks[case]
+def test_a_non_finite_reward_leaves_its_row_out_as_the_trainer_leaves_out_a_failed_reward(checks, case):
+    c = by_case(checks)[case]
     assert c["error"] is None and c["finite"] and c["left_out"] and c["rest"], c
     assert c["warned"] == ["1 of 4 rows have a non-finite reward: left out (advantage 0)"], c
 
 
 @pytest.mark.parametrize("norm", [False, True])
-def test_the_estimator_is_verls_grpo_but_for_the_documented_differences(batch_checks, norm):
+def test_the_estimator_is_verls_grpo_but_for_the_documented_differences(checks, norm):
     """docs/integrations/verl.md: population std against verl's sample std, 0 for a group of equal
     rewards (float32 rounding of its mean is no signal) and for a one-sample group (verl: its reward)."""
-    c = batch_checks[f"grpo norm={norm}"]
+    c = by_case(checks)[f"grpo norm={norm}"]
     assert c["groups_agree"] == [True, True], c
     assert c["equal"] == [0.0] * 6 and c["single"] == [0.0] * 2, c
     assert c["verl_single"] == pytest.approx([0.8 / (1 + 1e-6) if norm else 0.8] * 2), c
@@ -109,8 +106,8 @@ def test_the_estimator_is_verls_grpo_but_for_the_documented_differences(batch_ch
         ("uid key missing", r"needs the batch's group index \(verl's uid\)"),
     ],
 )
-def test_a_malformed_batch_is_a_value_error_naming_the_field(batch_checks, case, message):
-    error = batch_checks[case]["error"]
+def test_a_malformed_batch_is_a_value_error_naming_the_field(checks, case, message):
+    error = by_case(checks)[case]["error"]
     assert error and error.startswith("ValueError: ") and re.search(message, error), error
 
 

@@ -1,5 +1,6 @@
-"""The envace agent loop under verl 0.9.1 (run in .venv-verl by tests/integrations/test_verl.py; argv[1]: a tiny model,
-or ``--batch`` for the estimator's checks of untrusted batches alone, which need no model).
+"""The envace agent loop under verl 0.9.1 (run in .venv-verl by tests/integrations/test_verl.py; argv[1]: a tiny
+model), then the estimator's checks of untrusted batches and against verl's GRPO (these need no model; one process
+for all, as verl's import is most of its time).
 
 Each check prints one JSON line; the test reads them. A server manager backed by the tiny model (greedy,
 so deterministic) serves the loop; the project's own ``collect`` with the same model is the reference.
@@ -292,8 +293,6 @@ def grpo_checks():
         )
 
 
-if sys.argv[1] == "--batch":
-    batch_checks()
-    grpo_checks()
-else:
-    asyncio.run(main())
+asyncio.run(main())
+batch_checks()
+grpo_checks()
