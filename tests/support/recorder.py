@@ -17,7 +17,10 @@ class Recorder:
     def generate_ids(self, prompts, stops):
         """The model samples the rehearse rows (a stop string ends them); the act rows (none) are the call."""
         sampled = [i for i, stop in enumerate(stops) if stop is not None]
-        gens = dict(zip(sampled, self.agent.generate_ids([prompts[i] for i in sampled], [stops[i] for i in sampled])))
+        gens = {}
+        if sampled:
+            rows = self.agent.generate_ids([prompts[i] for i in sampled], [stops[i] for i in sampled])
+            gens = dict(zip(sampled, rows))
         ids = self.tokenizer(self.call + self.tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         for i, stop in enumerate(stops):
             if stop is None:
