@@ -16,6 +16,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 from fakes import FakeChatServer
+from paths import ROOT
 
 
 def pytest_itemcollected(item):
@@ -35,21 +36,24 @@ def pytest_itemcollected(item):
 # the files that hold the ``vllm`` tests: ``pytest -m vllm`` (make test's second tier) collects only these, and
 # not the other hundred modules' imports (20 s); a ``vllm`` test anywhere else fails the collection
 VLLM_FILES = ("tests/agents/test_vllm.py", "tests/evaluation/test_eval.py", "tests/suites/test_vitabench.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _holds_vllm_tests(path) -> bool:
+    return os.path.relpath(path, ROOT) in VLLM_FILES
 
 
 def pytest_ignore_collect(collection_path, config):
     """Under ``-m vllm`` exactly, a test module outside :data:`VLLM_FILES` is not collected."""
     if config.getoption("markexpr") != "vllm" or not collection_path.name.startswith("test_"):
         return None
-    return os.path.relpath(collection_path, ROOT) not in VLLM_FILES or None
+    return not _holds_vllm_tests(collection_path) or None
 
 
 def pytest_collection_modifyitems(config, items):
     """A ``gpu`` test is skipped without a CUDA device, a ``network`` test unless ENVACE_NETWORK=1.
     Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why.
     A ``vllm`` test outside :data:`VLLM_FILES` is a usage error, which the first tier meets."""
-    strays = [i.nodeid for i in items if i.get_closest_marker("vllm") and i.nodeid.split("::")[0] not in VLLM_FILES]
+    strays = [i.nodeid for i in items if i.get_closest_marker("vllm") and not _holds_vllm_tests(i.path)]
     if strays:
         raise pytest.UsageError(f"vllm tests outside tests/conftest.py's VLLM_FILES (add their file): {strays}")
     gpu, network = _skip_gpu(items), os.environ.get("ENVACE_NETWORK") != "1"
