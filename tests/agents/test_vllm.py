@@ -5,17 +5,11 @@ mid-episode."""
 import copy
 import importlib.util
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import gymnasium as gym
 import pytest
 import torch
+from vllm_server import VLLMServer
 
 import envace_gym  # noqa: F401
 from envace_gym import agents
@@ -66,74 +60,19 @@ def test_offline_engine_serves_both_roles_with_logprobs(tiny):
     agent.close()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def served(tiny):
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(tiny),
-        "--served-model-name",
-        "tiny",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--gpu-memory-utilization",
-        "0.1",
-        "--max-model-len",
-        "12288",
-        "--dtype",
-        "float32",
-        "--kv-cache-memory-bytes",
-        str(KV_CACHE_BYTES),
-        "--enable-auto-tool-choice",
-        "--tool-call-parser",
-        "hermes",
-        "--logprobs-mode",
-        "processed_logprobs",
-        "--enforce-eager",
-    ]
-    # its own process group: killing the server must also kill the engine process it forks
-    # dev mode: the trainer test reloads weights through /collective_rpc
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"},
-        start_new_session=True,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail("vllm serve exited during start-up")
-            time.sleep(2)
-    else:
-        _kill(proc)
-        pytest.fail("vllm serve did not start within 300 s")
-    yield f"http://127.0.0.1:{port}/v1", proc
-    _kill(proc)
-
-
-def _kill(proc) -> None:
-    """Kill the server and every process it started."""
+    """``vllm serve`` of the tiny model; dev mode: the trainer test reloads weights through /collective_rpc.
+    Started with the module (autouse), so that it starts while the offline engine's test starts its engine:
+    each start is mostly imports on one core."""
+    args = ["--served-model-name", "tiny", "--gpu-memory-utilization", "0.1", "--max-model-len", "12288"]
+    args += ["--dtype", "float32", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--enforce-eager"]
+    args += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--logprobs-mode", "processed_logprobs"]
+    server = VLLMServer(str(tiny), *args, env={"VLLM_SERVER_DEV_MODE": "1"})
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+        yield server
+    finally:
+        server.kill()
 
 
 def _same_distribution(agent, model, obs, temperature=0.7) -> bool:
@@ -186,7 +125,7 @@ def _train_and_check_engine(trainer) -> None:
 
 
 def test_trainer_generates_with_vllm_serve_and_syncs_its_weights(served, tiny, tmp_path):
-    url, _ = served
+    url = served.url
     trainer = _trainer(f"vllm:{tiny}@{url}", tmp_path)
     assert trainer.engine.name.endswith(f"@{url}")
     _train_and_check_engine(trainer)
@@ -195,7 +134,7 @@ def test_trainer_generates_with_vllm_serve_and_syncs_its_weights(served, tiny, t
 
 
 def test_openai_agent_against_vllm_serve_and_a_killed_server(served, tiny):
-    url, proc = served
+    url = served.url
     agent = agents.load(f"openai:tiny@{url}", max_tokens=16, temperature=1.0, max_retries=1, timeout=30)
     env = gym.make("EnvACE/tau2-retail-v0", dynamics="rehearsed", max_turns=4)
     obs, _ = env.reset(options={"task_id": "5"})
@@ -207,7 +146,7 @@ def test_openai_agent_against_vllm_serve_and_a_killed_server(served, tiny):
     assert 0.0 <= value <= 1.0 and ("judge" in parts or parts["error"]["code"] == "malformed_judgement")
     before = json.dumps(env.unwrapped.episode.messages)
     served_agent = agents.load(f"vllm:{tiny}@{url}", max_new_tokens=8)
-    _kill(proc)
+    served.kill()
     with pytest.raises(ModelServerError, match="127.0.0.1"):
         agent.act(obs)
     with pytest.raises(ModelServerError, match="127.0.0.1"):
