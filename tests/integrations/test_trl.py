@@ -13,7 +13,6 @@ import torch  # noqa: E402
 from training_configs import grpo_config  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import get_json_schema  # noqa: E402
-from trl import GRPOTrainer  # noqa: E402
 
 import envace_gym  # noqa: E402, F401
 from envace_gym.integrations.trl import (  # noqa: E402
@@ -104,6 +103,8 @@ def test_nested_parameters_carry_their_schema_and_unfit_envs_are_refused():
 
 @pytest.mark.slow
 def test_grpo_step_through_environment_factory(tiny, tmp_path):
+    from trl import GRPOTrainer  # here, not at collection: 13 s of imports on this machine
+
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(tiny))
     bias = {**forcing(tokenizer, CALL), **forcing(tokenizer, REPLY, after=AFTER_TOOL, scale=10_000.0)}
     trainer = GRPOTrainer(
@@ -128,6 +129,8 @@ def test_grpo_step_through_environment_factory(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_grpo_step_through_rollout_func_trains_act_and_rehearse_tokens(tiny, tmp_path):
+    from trl import GRPOTrainer
+
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     model = AutoModelForCausalLM.from_pretrained(tiny)
     model.generation_config.sequence_bias = forcing(tokenizer, CALL)
