@@ -53,10 +53,15 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_collection_modifyitems(config, items):
     """A ``gpu`` test is skipped without a CUDA device, a ``network`` test unless ENVACE_NETWORK=1.
     Without a VitaBench checkout, every VitaBench test (by name or parameter) is skipped, saying why.
-    A ``vllm`` test outside :data:`VLLM_FILES` is a usage error, which the first tier meets."""
+    A ``vllm`` test outside :data:`VLLM_FILES` is a usage error, which the first tier meets. Under xdist,
+    the ``slow`` tests come first."""
     strays = [i.nodeid for i in items if i.get_closest_marker("vllm") and not _holds_vllm_tests(i.path)]
     if strays:
         raise pytest.UsageError(f"vllm tests outside tests/conftest.py's VLLM_FILES (add their file): {strays}")
+    if hasattr(config, "workerinput"):
+        # xdist hands out the tests in this order (groups of tests first): the slow ones first, so that the run
+        # does not end on one long test on one worker while the other has nothing left
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     gpu, network = _skip_gpu(items), os.environ.get("ENVACE_NETWORK") != "1"
     for item in items:
         if gpu and item.get_closest_marker("gpu"):
