@@ -8,7 +8,6 @@ import gymnasium as gym
 import pytest
 from bfcl_reference import multi_turn_verdict, single_turn_verdict
 from tau2.metrics.agent_metrics import is_successful, pass_hat_k
-from tau2_reference import tau2_reward
 from typer.testing import CliRunner
 
 import envace_gym  # noqa: F401
@@ -251,6 +250,9 @@ def test_the_numbers_agree_with_tau2s_and_bfcl_evals_own_scoring(tmp_path):
     """A noisy oracle (some episodes fail) on tau2-retail and two BFCL categories, two trials a task: each
     episode replayed in process, scored by tau2's evaluator or bfcl-eval's checker, aggregated by their
     own code, gives the eval's numbers."""
+    # here, not at collection: tau2's evaluator imports litellm (7 s), which make test's vllm tier would wait on
+    from tau2_reference import tau2_reward
+
     ids = ["EnvACE/tau2-retail-v0", "EnvACE/bfcl-multi-turn-base-v0", "EnvACE/bfcl-simple-python-v0"]
     config = EvalConfig(
         agent="noisy-oracle", agent_kwargs={"p": 0.8}, suites=[",".join(ids)], trials=2, limit=3, out=str(tmp_path)
