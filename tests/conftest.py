@@ -133,8 +133,8 @@ def smollm2_serve() -> VLLMServer:
     return VLLMServer(str(smollm2_path()), *args, env={"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"})
 
 
-# started as soon as the collection ends when a selected test uses it (the first tiers' engines start
-# meanwhile: each start is mostly imports on one core); not under xdist, where any worker may run them
+# started as soon as the collection ends when a selected test uses it, so that its start overlaps the other
+# engines' starts (each is mostly imports on one core); not under xdist, where either worker may run its tests
 EARLY: dict[str, VLLMServer] = {}
 
 
