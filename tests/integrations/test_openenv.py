@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import pickle
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 import gymnasium as gym
 import pytest
 import requests
+from helpers import free_port
 from remote import Recorded, openenv_client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
@@ -225,12 +225,6 @@ def test_remote_env_pickles_by_url_and_vector_envs_hold_it_sync_and_async():
             assert len(obs) == 2 and list(info["turn"]) == [1, 1]
         finally:
             venv.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(port: int, *options: str) -> subprocess.Popen:

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from finmcp_samples import FINMCP
 from gymnasium.utils.env_checker import check_env
-from helpers import play
+from helpers import free_port, play
 from mcp_server import Bank, make_server
 from paths import EXAMPLES, SUPPORT
 
@@ -97,9 +97,7 @@ def stdio():
 @contextmanager
 def http_server():
     """The bank server over streamable HTTP on a free port: its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([*SERVER, "--http", str(port)], stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
     while True:

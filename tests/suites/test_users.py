@@ -1,10 +1,9 @@
 """The scripted and LLM users; the LLM user talks to a local OpenAI-compatible HTTP server."""
 
-import socket
-
 import gymnasium as gym
 import pytest
 from fakes import FakeChatServer
+from helpers import free_port
 
 import envace_gym  # noqa: F401
 from envace_gym.openai_client import ModelServerError
@@ -51,12 +50,6 @@ def test_scripted_telecom_user_acts_on_the_phone_when_asked():
     reply = user.reply(f"Please run {name} on your phone.", world)
     assert [c.name for c in reply.calls] == [name] and reply.calls[0].requestor == "user"
     assert reply.calls[0].error is None
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_llm_user_prompt_and_stop(server):
@@ -119,7 +112,7 @@ def test_dead_server_is_a_clear_error_and_keeps_the_episode(server):
 
 
 def test_unreachable_server_at_reset_names_the_url():
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     suite = get_suite("retail")
     user = LLMUser(suite, suite.task("5"), base_url=url, model="m", max_retries=0, timeout=2)
     with pytest.raises(ModelServerError, match=url):

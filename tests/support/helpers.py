@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+
+
+def free_port() -> int:
+    """A loopback port free now (the operating system's choice), for a server a test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 def play(env, agent, task_id=None, seed=0, dynamics=None):
     """Run one episode to its end; returns (reward, last info, list of infos)."""

@@ -3,7 +3,6 @@ is first asked for, and killed with every process it started."""
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -11,12 +10,7 @@ import time
 import urllib.request
 
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import free_port
 
 
 class VLLMServer:

@@ -1,10 +1,11 @@
 """A web server on the loopback for fetch tests: pages, redirects, a large page and a slow one."""
 
-import socket
 import threading
 import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from helpers import free_port
 
 MARKER = "internal-only-marker"
 ADMIN_PAGE = f"<html><body><p>admin console: {MARKER}</p></body></html>"
@@ -60,8 +61,6 @@ def closed_port() -> int:
     """A loopback port nothing listens on (a transport that fails at once), without "429" in it: bfcl-eval
     retries, for ever, a failed search whose error text holds 429."""
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         if "429" not in str(port):
             return port
