@@ -9,6 +9,7 @@ a pattern is validated by jsonschema with RE2 patterns, never by Python's backtr
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Sequence
 from functools import lru_cache
@@ -110,9 +111,10 @@ def _refuse_remote(uri: str):
     raise SchemaError(f"remote schema {uri[:200]!r} is never fetched")
 
 
-def _validator(params: dict, patterns: bool):
-    """jsonschema's validator for ``params``, resolving in-document references only; with RE2
-    for ``pattern``, ``patternProperties`` and ``additionalProperties`` when it holds patterns."""
+def _compile(params: dict, patterns: bool) -> tuple[jsonschema.protocols.Validator, Any]:
+    """jsonschema's validator for ``params``, resolving in-document references only (with RE2 for
+    ``pattern``, ``patternProperties`` and ``additionalProperties`` when it holds patterns), and
+    fastjsonschema's compiled function for a schema without patterns (else None)."""
     cls = jsonschema.validators.validator_for(params, default=jsonschema.Draft202012Validator)
     cls.check_schema(params)
     if patterns:
@@ -124,7 +126,33 @@ def _validator(params: dict, patterns: bool):
                 "additionalProperties": _additional_properties,
             },
         )
-    return cls(params, registry=Registry())
+        return cls(params, registry=Registry()), None
+    # fastjsonschema compiles the audited schema to a Python function, about 20x faster than
+    # jsonschema's interpreter; jsonschema words the errors. Its regexes are Python's, so a
+    # schema with patterns is left to jsonschema with RE2.
+    fast = fastjsonschema.compile(
+        params,
+        use_default=False,
+        use_formats=False,
+        handlers=dict.fromkeys(("http", "https", "file", "ftp", "data"), _refuse_remote),
+    )
+    return cls(params, registry=Registry()), fast
+
+
+@lru_cache(maxsize=4096)
+def _compiled(text: str, patterns: bool) -> tuple[jsonschema.protocols.Validator, Any]:
+    """:func:`_compile` of a schema given as its JSON text, shared by every tool set that shows it:
+    BFCL's entries combine the same few dozen functions (``benchmarks/tool_sets.py``)."""
+    return _compile(json.loads(text), patterns)
+
+
+def _validators_for(params: dict, patterns: bool) -> tuple[jsonschema.protocols.Validator, Any]:
+    """The (cached) validators of an audited schema; one that is not JSON is compiled uncached."""
+    try:
+        text = json.dumps(params, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return _compile(params, patterns)
+    return _compiled(text, patterns)
 
 
 class ToolSet:
@@ -153,17 +181,9 @@ class ToolSet:
             self.by_name[fn["name"]] = params
             if closed and "additionalProperties" not in params:
                 params = {**params, "additionalProperties": False}
-            self._validators[fn["name"]] = _validator(params, patterns)
-            if not patterns:
-                # fastjsonschema compiles the audited schema to a Python function, about 20x faster
-                # than jsonschema's interpreter; jsonschema words the errors. Its regexes are Python's,
-                # so a schema with patterns is left to jsonschema with RE2.
-                self._fast[fn["name"]] = fastjsonschema.compile(
-                    params,
-                    use_default=False,
-                    use_formats=False,
-                    handlers=dict.fromkeys(("http", "https", "file", "ftp", "data"), _refuse_remote),
-                )
+            self._validators[fn["name"]], fast = _validators_for(params, patterns)
+            if fast is not None:
+                self._fast[fn["name"]] = fast
 
     # compiled validators are functions made at run time: a pickle holds the schemas and is
     # compiled again when loaded; a ToolSet is never changed, so copies share it

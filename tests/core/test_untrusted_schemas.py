@@ -5,6 +5,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import jsonschema
 import pytest
 
 from envace_gym.core.errors import ErrorCode
@@ -110,3 +111,19 @@ def test_size_depth_and_tool_count_are_bounded():
         ToolSet([tool("deep", one_arg(deep))])
     with pytest.raises(SchemaError, match="at most"):
         ToolSet([tool(f"t{i}", {"type": "object"}) for i in range(MAX_TOOLS + 1)])
+
+
+def test_tool_sets_share_a_schemas_compiled_checks_and_each_keeps_its_own_terms():
+    """A schema is checked and compiled once for every tool set that shows it; a closed tool set still
+    refuses an argument its schema does not name, and a refused schema is refused every time."""
+    params = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    first, again = ToolSet([tool("f", params)]), ToolSet([tool("g", dict(params))])
+    closed = ToolSet([tool("f", params)], closed=True)
+    assert first._validators["f"] is again._validators["g"] and first._fast["f"] is again._fast["g"]
+    extra = {"n": 1, "m": 2}
+    assert first.check(ToolCall("c", "f", extra)) is None
+    assert closed.check(ToolCall("c", "f", extra)).code == ErrorCode.INVALID_ARGUMENTS
+    assert again.check(ToolCall("c", "g", {"n": "one"})).code == ErrorCode.INVALID_ARGUMENTS
+    for _ in range(2):
+        with pytest.raises(jsonschema.exceptions.SchemaError):
+            ToolSet([tool("bad", {"type": "object", "properties": {"n": {"type": 7}}})])
