@@ -314,6 +314,15 @@ def test_system_prompt_is_bfcl_runners(category):
         assert question[0][1] == {"role": "user", "content": task.data.question}
 
 
+def test_the_vector_suite_loads_its_encoder_only_to_make_a_world():
+    """Listing and counting its tasks (``eval``'s coverage of a benchmark not run) leaves the encoder
+    unloaded; the backend class is found when a world is made."""
+    from envace_gym.suites.bfcl.memory import MemorySuite
+
+    suite = MemorySuite("memory_vector")
+    assert suite.task_ids() and "api_class" not in vars(suite)
+
+
 @pytest.mark.slow
 def test_vector_backend_embeds_with_the_real_minilm():
     from sentence_transformers import SentenceTransformer

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import warnings
 import zipfile
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +165,16 @@ class MemorySuite(AgenticSuite):
             raise ValueError(f"unknown BFCL memory category {category!r}; choose from {CATEGORIES}")
         super().__init__(category)
         self.kind = category.removeprefix("memory_")
-        class_name = f"MemoryAPI_{self.kind}"
-        module = vector_module() if self.kind == "vector" else None
-        self.api_class = getattr(module, class_name) if module else source.backend_class(class_name)
         self._keys: dict[str, dict[str, str]] = {}  # scenario -> passage -> kv key
         self._snapshots: dict[str, str] = {}
         self._loaded: dict[str, MemoryWorld] = {}  # scenario -> its snapshot loaded once (never played)
+
+    @cached_property
+    def api_class(self) -> type:
+        """bfcl-eval's backend class of the category (the vector one loads its encoder: only when a
+        world is made, so that listing or counting the tasks stays cheap)."""
+        class_name = f"MemoryAPI_{self.kind}"
+        return getattr(vector_module(), class_name) if self.kind == "vector" else source.backend_class(class_name)
 
     def passages(self, scenario: str) -> dict[str, str]:
         """The passages the scenario's possible answers cite, in order, each with its kv key."""
