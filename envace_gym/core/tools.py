@@ -149,7 +149,7 @@ def _compiled(text: str, patterns: bool) -> tuple[jsonschema.protocols.Validator
 def _validators_for(params: dict, patterns: bool) -> tuple[jsonschema.protocols.Validator, Any]:
     """The (cached) validators of an audited schema; one that is not JSON is compiled uncached."""
     try:
-        text = json.dumps(params, sort_keys=True, allow_nan=False)
+        text = json.dumps(params, allow_nan=False)
     except (TypeError, ValueError):
         return _compile(params, patterns)
     return _compiled(text, patterns)
